@@ -1,0 +1,3 @@
+from fedrank.cli import main
+import sys
+sys.exit(main())
