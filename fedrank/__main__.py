@@ -1,3 +1,7 @@
-from fedrank.cli import main
+"""``python -m fedrank``."""
+
 import sys
+
+from fedrank.cli import main
+
 sys.exit(main())
