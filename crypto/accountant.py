@@ -80,7 +80,8 @@ class RdpCurve:
         """Adaptive sequential composition: RDP adds order by order (Mironov 2017, Prop. 1)."""
         if self.orders != other.orders:
             raise ValueError("cannot compose RDP curves over different orders")
-        return RdpCurve(self.orders, tuple(a + b for a, b in zip(self.epsilons, other.epsilons, strict=True)))
+        summed = (a + b for a, b in zip(self.epsilons, other.epsilons, strict=True))
+        return RdpCurve(self.orders, tuple(summed))
 
     def __add__(self, other: RdpCurve) -> RdpCurve:
         return self.compose(other)
@@ -251,19 +252,21 @@ class ParticipantBudget:
 
     def rounds_affordable(self, cost: RdpCurve, limit: int = 1_000_000) -> int:
         """How many more rounds of ``cost`` fit in the remaining budget (capped at ``limit``)."""
+
+        def fits(rounds: int) -> bool:
+            total = self.spent + cost.times(rounds)
+            return total.epsilon(self.budget.delta, self.budget.conversion) <= self.budget.epsilon
+
         low, high = 0, 1
-        while high <= limit and (self.spent + cost.times(high)).epsilon(
-            self.budget.delta, self.budget.conversion
-        ) <= self.budget.epsilon:
+        while high <= limit and fits(high):
             low, high = high, 2 * high
         high = min(high, limit + 1)
-        while high - low > 1:
-            mid = (low + high) // 2
-            total = self.spent + cost.times(mid)
-            if total.epsilon(self.budget.delta, self.budget.conversion) <= self.budget.epsilon:
-                low = mid
+        while high - low > 1:  # fits(low) holds, fits(high) fails or exceeds the limit
+            middle = (low + high) // 2
+            if fits(middle):
+                low = middle
             else:
-                high = mid
+                high = middle
         return low
 
 

@@ -288,9 +288,7 @@ def calibrate_skellam(
         raise ValueError("sensitivities must be > 0")
 
     def meets(total: float) -> bool:
-        achieved = skellam_epsilon(
-            total, delta, sensitivity_l1, sensitivity_l2, rounds, conversion
-        )
+        achieved = skellam_epsilon(total, delta, sensitivity_l1, sensitivity_l2, rounds, conversion)
         return achieved <= epsilon
 
     low, high = 1e-9, 1.0
