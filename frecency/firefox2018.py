@@ -1,0 +1,286 @@
+"""The ``firefox-2018`` model: Firefox's bucket-and-bonus frecency under the 22 integer
+``places.frecency.*`` prefs the 2018 study trained (DESIGN.md section 2, paper section 3).
+
+It reproduces ``CalculateFrecencyFunction::OnFunctionCall`` (the SQL function
+``calculate_frecency`` in toolkit/components/places/SQLFunctions.cpp, Firefox 60-68, the
+code the 2018 add-on ran through ``SELECT CALCULATE_FRECENCY(id)``) with
+``nsNavHistory::GetFrecencyTransitionBonus`` / ``GetFrecencyAgedWeight``. Every rule and
+its source is listed in docs/frecency.md.
+
+Pages are encoded once (``encode``): the newest ``numVisits`` (10) visits of each page,
+as the index of the bonus weight each one earns, its age in days and a mask. ``score``
+then evaluates any number of weight vectors in a few broadcast numpy operations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Self
+
+import numpy as np
+
+from frecency._arrays import (
+    BoolArray,
+    FloatArray,
+    IntArray,
+    as_pref_integers,
+    trunc_div,
+    weight_matrix,
+    weight_vector,
+)
+from frecency.history import Page, Transition
+from frecency.model import PageBatch
+from frecency.spec import ModelSpec, Param
+
+_NAMES_AND_DEFAULTS: tuple[tuple[str, int], ...] = (
+    ("firstBucketCutoff", 4),
+    ("secondBucketCutoff", 14),
+    ("thirdBucketCutoff", 31),
+    ("fourthBucketCutoff", 90),
+    ("firstBucketWeight", 100),
+    ("secondBucketWeight", 70),
+    ("thirdBucketWeight", 50),
+    ("fourthBucketWeight", 30),
+    ("defaultBucketWeight", 10),
+    ("embedVisitBonus", 0),
+    ("framedLinkVisitBonus", 0),
+    ("linkVisitBonus", 100),
+    ("typedVisitBonus", 2000),
+    ("bookmarkVisitBonus", 75),
+    ("downloadVisitBonus", 0),
+    ("permRedirectVisitBonus", 0),
+    ("tempRedirectVisitBonus", 0),
+    ("redirectSourceVisitBonus", 25),
+    ("defaultVisitBonus", 0),
+    ("unvisitedBookmarkBonus", 140),
+    ("unvisitedTypedBonus", 200),
+    ("reloadVisitBonus", 0),
+)
+
+SPEC = ModelSpec(
+    name="firefox-2018",
+    description=(
+        "Firefox's 2018 frecency: the 10 newest visits, each worth "
+        "bucket_weight(age) * transition bonus / 100 (DESIGN.md section 2)"
+    ),
+    params=tuple(
+        Param(
+            name=name,
+            pref=f"places.frecency.{name}",
+            default=float(default),
+            integer=True,
+            lower=1.0 if name == "firstBucketCutoff" else 0.0,
+        )
+        for name, default in _NAMES_AND_DEFAULTS
+    ),
+    increasing=((0, 1, 2, 3),),
+    non_increasing=((4, 5, 6, 7, 8),),
+    min_gap=1.0,
+)
+
+CUTOFFS = slice(0, 4)
+BUCKET_WEIGHTS = slice(4, 9)
+FIRST_BUCKET_WEIGHT = 4
+EMBED, FRAMED_LINK, LINK, TYPED, BOOKMARK = 9, 10, 11, 12, 13
+DOWNLOAD, PERM_REDIRECT, TEMP_REDIRECT, REDIRECT_SOURCE, DEFAULT_BONUS = 14, 15, 16, 17, 18
+UNVISITED_BOOKMARK, UNVISITED_TYPED, RELOAD = 19, 20, 21
+
+#: ``GetFrecencyTransitionBonus(type, visited=true)``: the bonus weight of each transition.
+_BONUS_OF_TRANSITION: dict[int, int] = {
+    Transition.EMBED: EMBED,
+    Transition.FRAMED_LINK: FRAMED_LINK,
+    Transition.LINK: LINK,
+    Transition.TYPED: TYPED,
+    Transition.BOOKMARK: BOOKMARK,
+    Transition.DOWNLOAD: DOWNLOAD,
+    Transition.REDIRECT_PERMANENT: PERM_REDIRECT,
+    Transition.REDIRECT_TEMPORARY: TEMP_REDIRECT,
+    Transition.RELOAD: RELOAD,
+}
+_REDIRECTS = (Transition.REDIRECT_PERMANENT, Transition.REDIRECT_TEMPORARY)
+
+#: ``places.frecency.numVisits``: visits sampled per page (not trained: it changes shape).
+NUM_VISITS = 10
+_MICROSECONDS_PER_SECOND = 1_000_000
+_SECONDS_PER_DAY = 86_400
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Firefox2018Batch:
+    """Encoded pages: ``(P, K)`` arrays for the K sampled visits, ``(P,)`` per page."""
+
+    #: Index into the weight vector of each sampled visit's transition bonus.
+    bonus_index: IntArray
+    #: ``age_in_days`` of each sampled visit, as Firefox's SQL computed it.
+    age_days: IntArray
+    #: The slot holds a sampled visit.
+    sampled: BoolArray
+    #: ``moz_places.visit_count``.
+    visit_count: IntArray
+    bookmarked: BoolArray
+    typed: BoolArray
+    #: ``place:`` URL (a query: never gets the unvisited-bookmark value).
+    is_query: BoolArray
+
+    def __len__(self) -> int:
+        return int(self.visit_count.shape[0])
+
+    def take(self, pages: Sequence[int] | IntArray) -> Self:
+        index = np.asarray(pages, dtype=np.int64)
+        return type(self)(
+            bonus_index=self.bonus_index[index],
+            age_days=self.age_days[index],
+            sampled=self.sampled[index],
+            visit_count=self.visit_count[index],
+            bookmarked=self.bookmarked[index],
+            typed=self.typed[index],
+            is_query=self.is_query[index],
+        )
+
+    @property
+    def sampled_count(self) -> IntArray:
+        return np.asarray(self.sampled.sum(axis=1), dtype=np.int64)
+
+
+def _own(batch: PageBatch) -> Firefox2018Batch:
+    if not isinstance(batch, Firefox2018Batch):
+        raise TypeError(f"firefox-2018 scores its own batches, not {type(batch).__name__}")
+    return batch
+
+
+def _visit_bonus_index(transition: int, redirect_from: int | None, redirect_source: bool) -> int:
+    """The bonus a visit earns (SQLFunctions.cpp, the loop over ``getVisits``).
+
+    A redirect target counts as its source's transition (``IFNULL(origin.visit_type,
+    v.visit_type)``); a visit that was the source of a redirect earns
+    ``redirectSourceVisitBonus``, except a typed visit redirected temporarily. The
+    history types record only that a visit was a redirect source, not whether the redirect
+    was permanent, so every redirect source is treated as permanently redirected.
+    """
+    if transition in _REDIRECTS and redirect_from is not None:
+        transition = redirect_from
+    if redirect_source:
+        return REDIRECT_SOURCE
+    return _BONUS_OF_TRANSITION.get(transition, DEFAULT_BONUS)
+
+
+class Firefox2018Model:
+    """``FrecencyModel`` for the 2018 prefs (see the module docstring)."""
+
+    def __init__(self, num_visits: int = NUM_VISITS) -> None:
+        if num_visits < 1:
+            raise ValueError("num_visits must be at least 1")
+        self.num_visits = num_visits
+
+    @property
+    def spec(self) -> ModelSpec:
+        return SPEC
+
+    def encode(self, pages: Sequence[Page], now_us: int) -> Firefox2018Batch:
+        """Sample each page's newest visits and their ages as of ``now_us``.
+
+        ``age_in_days`` is ``ROUND((strftime('%s','now') - visit_date/1000000)/86400)`` in
+        SQLite integer arithmetic: whole seconds, divisions truncated toward zero.
+        """
+        count, width = len(pages), self.num_visits
+        bonus_index = np.full((count, width), DEFAULT_BONUS, dtype=np.int64)
+        visit_seconds = np.zeros((count, width), dtype=np.int64)
+        sampled = np.zeros((count, width), dtype=np.bool_)
+        for row, page in enumerate(pages):
+            # Firefox samples visits only when visit_count > 0.
+            if page.visit_count <= 0:
+                continue
+            newest = sorted(page.visits, key=lambda visit: visit.time_us, reverse=True)[:width]
+            for column, visit in enumerate(newest):
+                bonus_index[row, column] = _visit_bonus_index(
+                    int(visit.transition),
+                    None if visit.redirect_from is None else int(visit.redirect_from),
+                    visit.redirect_source,
+                )
+                visit_seconds[row, column] = visit.time_us
+                sampled[row, column] = True
+        now_seconds = now_us // _MICROSECONDS_PER_SECOND
+        seconds = now_seconds - trunc_div(visit_seconds, _MICROSECONDS_PER_SECOND)
+        age_days = np.where(sampled, trunc_div(seconds, _SECONDS_PER_DAY), 0)
+        return Firefox2018Batch(
+            bonus_index=bonus_index,
+            age_days=np.asarray(age_days, dtype=np.int64),
+            sampled=sampled,
+            visit_count=np.array([p.visit_count for p in pages], dtype=np.int64),
+            bookmarked=np.array([p.bookmarked for p in pages], dtype=np.bool_),
+            typed=np.array([p.typed for p in pages], dtype=np.bool_),
+            is_query=np.array([p.url.startswith("place:") for p in pages], dtype=np.bool_),
+        )
+
+    @staticmethod
+    def _bucket_weights(batch: Firefox2018Batch, weights: FloatArray) -> FloatArray:
+        """``GetFrecencyAgedWeight(age)`` for every (weight vector, page, visit): the first
+        cutoff with ``age <= cutoff`` picks its bucket weight, else the default bucket."""
+        age = batch.age_days[np.newaxis, :, :]
+        cutoffs = weights[:, CUTOFFS, np.newaxis, np.newaxis]
+        buckets = weights[:, BUCKET_WEIGHTS, np.newaxis, np.newaxis]
+        result = np.broadcast_to(buckets[:, 4], (weights.shape[0], *age.shape[1:]))
+        for bucket in (3, 2, 1, 0):
+            result = np.where(age <= cutoffs[:, bucket], buckets[:, bucket], result)
+        return np.asarray(result, dtype=np.float64)
+
+    @staticmethod
+    def _visit_bonuses(batch: Firefox2018Batch, weights: FloatArray) -> FloatArray:
+        """Bonus of every (weight vector, page, visit), with ``bookmarkVisitBonus`` added to
+        every visit of a bookmarked page."""
+        bonus = weights[:, batch.bonus_index]
+        bookmark = weights[:, BOOKMARK, np.newaxis, np.newaxis] * batch.bookmarked[:, np.newaxis]
+        return np.asarray(bonus + bookmark, dtype=np.float64)
+
+    def score(self, batch: PageBatch, weights: FloatArray) -> FloatArray:
+        """``visit_count * points / sampled`` without Firefox's two ceilings, ``(W, P)``.
+
+        A visited page whose points are all zero scores -1 and an unvisited page that is
+        not a bookmark 0, as Firefox stores them, so the order agrees with ``frecency``.
+        """
+        batch = _own(batch)
+        matrix = weight_matrix(weights, SPEC.dimension)
+        per_visit = self._bucket_weights(batch, matrix) * self._visit_bonuses(batch, matrix)
+        points = np.einsum("wpk,pk->wp", per_visit, batch.sampled.astype(np.float64)) / 100.0
+        sampled = batch.sampled_count
+        visited = sampled > 0
+        visited_score = np.where(
+            points > 0, points * batch.visit_count / np.maximum(sampled, 1), -1.0
+        )
+        unvisited_bonus = (
+            matrix[:, UNVISITED_BOOKMARK, np.newaxis]
+            + matrix[:, UNVISITED_TYPED, np.newaxis] * batch.typed
+        )
+        unvisited_score = matrix[:, FIRST_BUCKET_WEIGHT, np.newaxis] * unvisited_bonus / 100.0
+        unvisited_score = np.where(batch.bookmarked & ~batch.is_query, unvisited_score, 0.0)
+        return np.asarray(np.where(visited, visited_score, unvisited_score), dtype=np.float64)
+
+    def frecency(self, batch: PageBatch, weights: FloatArray) -> IntArray:
+        """The integer ``calculate_frecency`` returns, in its float32 arithmetic, ``(P,)``."""
+        batch = _own(batch)
+        prefs = as_pref_integers(weight_vector(weights, SPEC.dimension))
+        matrix = prefs[np.newaxis, :].astype(np.float64)
+        bucket_weight = self._bucket_weights(batch, matrix)[0]
+        bonus = self._visit_bonuses(batch, matrix)[0]
+        # pointsForSampledVisits += (float)(weight * (bonus / 100.0)), newest visit first.
+        points = np.zeros(len(batch), dtype=np.float32)
+        for column in range(batch.sampled.shape[1]):
+            term = (bucket_weight[:, column] * (bonus[:, column] / 100.0)).astype(np.float32)
+            points = np.where(batch.sampled[:, column], points + term, points).astype(np.float32)
+        sampled = batch.sampled_count
+        # (int32_t)ceilf(visitCount * ceilf(points) / numSampledVisits)
+        estimate = (
+            batch.visit_count.astype(np.float32) * np.ceil(points)
+        ) / np.maximum(sampled, 1).astype(np.float32)
+        visited_value = np.where(points != 0, np.ceil(estimate.astype(np.float32)), -1.0)
+        # Unvisited bookmark: weight(bucket 1) * (bonus / 100.0f), bonus summed in int.
+        unvisited_bonus = prefs[UNVISITED_BOOKMARK] + prefs[UNVISITED_TYPED] * batch.typed
+        unvisited_points = np.float32(prefs[FIRST_BUCKET_WEIGHT]) * (
+            unvisited_bonus.astype(np.float32) / np.float32(100.0)
+        )
+        unvisited_value = np.where(
+            batch.bookmarked & ~batch.is_query, np.ceil(unvisited_points.astype(np.float32)), 0.0
+        )
+        value = np.where(sampled > 0, visited_value, unvisited_value)
+        return np.asarray(np.trunc(value), dtype=np.int64)
