@@ -1,0 +1,397 @@
+"""The RabbitMQ transport over pika (DESIGN.md sections 5 and 7); the ONLY module that
+imports pika.
+
+- One ``pika.BlockingConnection`` per transport, one transport per thread (checked).
+- Publisher confirms (``confirm_delivery``), ``mandatory=True``, persistent messages
+  (delivery mode 2; every queue of the topology is durable), ``user_id`` set to the login
+  so the broker vouches for the sender.
+- Consumption by ``basic_consume`` with manual acks and ``basic_qos(prefetch)``;
+  deliveries are buffered and handed out by ``get`` (a pull interface for sans-I/O).
+- Heartbeats: pika's blocking connection answers heartbeats only inside its own calls.
+  ``get`` and ``keep_alive`` pump the connection; ``call_keeping_alive(work)`` runs a
+  long computation in a worker thread while this thread keeps pumping, so a long
+  cryptographic step cannot make the broker drop the connection.
+- Reconnect: a lost connection is reopened with exponential backoff (with jitter),
+  every declaration made through this transport is replayed and consumers restarted;
+  an operation interrupted by the loss is retried once connected (publish is therefore
+  at-least-once; receivers must tolerate duplicates). Deliveries from the lost
+  connection cannot be acked any more (the broker redelivers them): acking one is a
+  logged no-op.
+- Every pika exception is translated here into ``broker.transport`` errors.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import logging
+import secrets
+import threading
+import time
+import urllib.parse
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import pika
+import pika.exceptions as pe
+
+from broker.topology import BindingSpec, ExchangeSpec, QueueSpec
+from broker.transport import (
+    AccessRefused,
+    BrokerError,
+    BrokerUnavailable,
+    Delivery,
+    NotFound,
+    PublishRejected,
+    TopologyMismatch,
+    Transport,
+)
+
+T = TypeVar("T")
+logger = logging.getLogger("fedrank.broker")
+_jitter = secrets.SystemRandom()
+
+
+@dataclass(frozen=True, slots=True)
+class RabbitMQSettings:
+    """Where and how to connect; see docs/operating.md for the values to use."""
+
+    host: str = "127.0.0.1"
+    port: int = 5672
+    vhost: str = "/"
+    username: str = "guest"
+    password: str = field(default="guest", repr=False)
+    heartbeat: int = 30
+    prefetch: int = 64
+    blocked_connection_timeout: float = 30.0
+    socket_timeout: float = 5.0
+    reconnect_attempts: int = 8
+    reconnect_initial_delay: float = 0.2
+    reconnect_max_delay: float = 10.0
+
+    @classmethod
+    def from_url(cls, url: str, **overrides: Any) -> RabbitMQSettings:
+        """Settings from ``amqp://user:password@host:port/vhost`` (vhost percent-encoded)."""
+        parsed = urllib.parse.urlsplit(url)
+        if parsed.scheme != "amqp":
+            raise ValueError(f"only amqp:// URLs are supported, not {parsed.scheme!r}")
+        path = parsed.path[1:] if parsed.path.startswith("/") else parsed.path
+        values: dict[str, Any] = {
+            "host": parsed.hostname or "127.0.0.1",
+            "port": parsed.port or 5672,
+            "vhost": urllib.parse.unquote(path) if path else "/",
+            "username": urllib.parse.unquote(parsed.username or "guest"),
+            "password": urllib.parse.unquote(parsed.password or "guest"),
+        }
+        values.update(overrides)
+        return cls(**values)
+
+
+_Declaration = ExchangeSpec | QueueSpec | BindingSpec
+_CONNECTION_LOST = (
+    pe.AMQPConnectionError,  # includes ConnectionClosed, StreamLostError, heartbeat timeout
+    pe.ConnectionWrongStateError,
+    pe.ChannelWrongStateError,
+    ConnectionError,
+    OSError,
+)
+
+
+def _translate_closed(code: int, text: str) -> BrokerError:
+    if code in (403, 530):
+        return AccessRefused(f"access refused ({code}): {text}")
+    if code == 404:
+        return NotFound(f"not found ({code}): {text}")
+    if code == 406 and "size" in text:
+        return PublishRejected(f"message refused ({code}): {text}")
+    if code == 406:
+        return TopologyMismatch(f"precondition failed ({code}): {text}")
+    return BrokerError(f"channel closed by broker ({code}): {text}")
+
+
+class RabbitMQTransport(Transport):
+    """A transport over one pika blocking connection; connects on construction."""
+
+    def __init__(self, settings: RabbitMQSettings) -> None:
+        self.settings = settings
+        self._thread = threading.get_ident()
+        self._declared: list[_Declaration] = []
+        self._consuming: list[str] = []
+        self._buffers: dict[str, collections.deque[Delivery]] = {}
+        self._generation = 0
+        self._connection: Any = None
+        self._channel: Any = None
+        self._closed = False
+        self._connect_with_backoff()
+
+    # -- connection management -------------------------------------------------------
+
+    def _parameters(self) -> Any:
+        s = self.settings
+        return pika.ConnectionParameters(
+            host=s.host,
+            port=s.port,
+            virtual_host=s.vhost,
+            credentials=pika.PlainCredentials(s.username, s.password),
+            heartbeat=s.heartbeat,
+            blocked_connection_timeout=s.blocked_connection_timeout,
+            socket_timeout=s.socket_timeout,
+            connection_attempts=1,
+        )
+
+    def _connect_once(self) -> None:
+        try:
+            self._connection = pika.BlockingConnection(self._parameters())
+        except (pe.ProbableAuthenticationError, pe.AuthenticationError) as exc:
+            raise AccessRefused(f"login refused for {self.settings.username!r}: {exc!r}") from exc
+        except pe.ProbableAccessDeniedError as exc:
+            raise AccessRefused(
+                f"{self.settings.username!r} may not use vhost {self.settings.vhost!r}: {exc!r}"
+            ) from exc
+        except pe.ConnectionClosedByBroker as exc:
+            if exc.reply_code in (403, 530):
+                raise AccessRefused(f"connection refused: {exc!r}") from exc
+            raise
+        self._open_channel()
+
+    def _open_channel(self) -> None:
+        self._generation += 1
+        self._buffers = {queue: collections.deque() for queue in self._consuming}
+        self._channel = self._connection.channel()
+        self._channel.confirm_delivery()
+        self._channel.basic_qos(prefetch_count=self.settings.prefetch)
+        for declaration in self._declared:
+            self._apply(declaration)
+        for queue in self._consuming:
+            self._start_consumer(queue)
+
+    def _connect_with_backoff(self) -> None:
+        delay = self.settings.reconnect_initial_delay
+        last: BaseException | None = None
+        for attempt in range(1, self.settings.reconnect_attempts + 1):
+            try:
+                self._connect_once()
+                if attempt > 1 or self._generation > 1:
+                    logger.info(
+                        "connected to %s:%d vhost %s (attempt %d), %d declarations replayed",
+                        self.settings.host,
+                        self.settings.port,
+                        self.settings.vhost,
+                        attempt,
+                        len(self._declared),
+                    )
+                return
+            except _CONNECTION_LOST as exc:
+                last = exc
+                self._drop_connection()
+                logger.warning("broker connection attempt %d failed: %r", attempt, exc)
+                if attempt < self.settings.reconnect_attempts:
+                    time.sleep(delay * _jitter.uniform(0.5, 1.0))
+                    delay = min(delay * 2, self.settings.reconnect_max_delay)
+        raise BrokerUnavailable(
+            f"no broker at {self.settings.host}:{self.settings.port} vhost "
+            f"{self.settings.vhost!r} after {self.settings.reconnect_attempts} attempts: {last!r}"
+        )
+
+    def _drop_connection(self) -> None:
+        connection, self._connection, self._channel = self._connection, None, None
+        if connection is not None and connection.is_open:
+            try:
+                connection.close()
+            except Exception:  # already broken: nothing else to release
+                logger.debug("closing a broken connection failed", exc_info=True)
+
+    def _check(self) -> None:
+        if threading.get_ident() != self._thread:
+            raise BrokerError("a RabbitMQTransport is used only by the thread that made it")
+        if self._closed:
+            raise BrokerUnavailable("transport is closed")
+
+    def _run(self, operation: Callable[[], T], *, retry: bool = True) -> T | None:
+        """Run ``operation`` on a live channel, translating pika errors; on a lost
+        connection, reconnect (replaying topology) and retry it if ``retry``."""
+        self._check()
+        for _ in range(2):
+            if self._connection is None or not self._connection.is_open:
+                self._connect_with_backoff()
+            elif self._channel is None or not self._channel.is_open:
+                self._open_channel_translated()
+            try:
+                return operation()
+            except pe.UnroutableError as exc:
+                raise PublishRejected(f"unroutable (mandatory): {exc!r}") from exc
+            except pe.NackError as exc:
+                raise PublishRejected(f"nacked by the broker: {exc!r}") from exc
+            except pe.ChannelClosedByBroker as exc:
+                self._channel = None
+                raise _translate_closed(exc.reply_code, exc.reply_text) from exc
+            except pe.ConnectionClosedByBroker as exc:
+                self._drop_connection()
+                if exc.reply_code in (403, 530):
+                    raise AccessRefused(f"connection closed: {exc!r}") from exc
+                logger.warning("broker closed the connection: %r; reconnecting", exc)
+            except _CONNECTION_LOST as exc:
+                self._drop_connection()
+                logger.warning("broker connection lost: %r; reconnecting", exc)
+            if not retry:
+                self._connect_with_backoff()
+                return None
+        raise BrokerUnavailable("connection lost again right after reconnecting")
+
+    def _open_channel_translated(self) -> None:
+        try:
+            self._open_channel()
+        except pe.ChannelClosedByBroker as exc:
+            self._channel = None
+            raise _translate_closed(exc.reply_code, exc.reply_text) from exc
+
+    # -- declarations -----------------------------------------------------------------
+
+    def _apply(self, declaration: _Declaration) -> None:
+        channel = self._channel
+        if isinstance(declaration, ExchangeSpec):
+            channel.exchange_declare(
+                exchange=declaration.name,
+                exchange_type=declaration.type,
+                durable=declaration.durable,
+            )
+        elif isinstance(declaration, QueueSpec):
+            channel.queue_declare(
+                queue=declaration.name,
+                durable=declaration.durable,
+                arguments=declaration.argument_map() or None,
+            )
+        else:
+            channel.queue_bind(
+                queue=declaration.queue,
+                exchange=declaration.exchange,
+                routing_key=declaration.routing_key,
+            )
+
+    def _declare(self, declaration: _Declaration) -> None:
+        self._run(lambda: self._apply(declaration))
+        if declaration not in self._declared:
+            self._declared.append(declaration)
+
+    def declare_exchange(self, spec: ExchangeSpec) -> None:
+        self._declare(spec)
+
+    def declare_queue(self, spec: QueueSpec) -> None:
+        self._declare(spec)
+
+    def bind(self, binding: BindingSpec) -> None:
+        self._declare(binding)
+
+    # -- publish ----------------------------------------------------------------------
+
+    def publish_bytes(self, exchange: str, routing_key: str, body: bytes) -> None:
+        properties = pika.BasicProperties(
+            delivery_mode=pika.DeliveryMode.Persistent,
+            content_type="application/msgpack",
+            user_id=self.settings.username,
+        )
+        self._run(
+            lambda: self._channel.basic_publish(
+                exchange=exchange,
+                routing_key=routing_key,
+                body=body,
+                properties=properties,
+                mandatory=True,
+            )
+        )
+
+    # -- consume ----------------------------------------------------------------------
+
+    def _start_consumer(self, queue: str) -> None:
+        generation = self._generation
+        buffer = self._buffers.setdefault(queue, collections.deque())
+
+        def on_message(_channel: Any, method: Any, properties: Any, body: bytes) -> None:
+            buffer.append(
+                Delivery(
+                    queue=queue,
+                    body=body,
+                    tag=method.delivery_tag,
+                    redelivered=bool(method.redelivered),
+                    user_id=properties.user_id,
+                    generation=generation,
+                )
+            )
+
+        self._channel.basic_consume(queue=queue, on_message_callback=on_message, auto_ack=False)
+
+    def _ensure_consuming(self, queue: str) -> None:
+        if queue in self._consuming:
+            return
+        self._run(lambda: self._start_consumer(queue))
+        self._consuming.append(queue)
+
+    def get(self, queue: str, timeout: float = 0.0) -> Delivery | None:
+        self._ensure_consuming(queue)
+        deadline = time.monotonic() + timeout
+        while True:
+            buffer = self._buffers.get(queue)
+            if buffer:
+                return buffer.popleft()
+            remaining = deadline - time.monotonic()
+            self.keep_alive(time_limit=max(0.0, min(remaining, 1.0)))
+            if remaining <= 0 and not self._buffers.get(queue):
+                return None
+
+    def _settle(self, delivery: Delivery, action: Callable[[], None], what: str) -> None:
+        self._check()
+        if delivery.generation != self._generation:
+            logger.info(
+                "%s of a delivery from a lost connection skipped (queue %s): the broker "
+                "redelivers it",
+                what,
+                delivery.queue,
+            )
+            return
+        self._run(action, retry=False)
+
+    def ack(self, delivery: Delivery) -> None:
+        self._settle(delivery, lambda: self._channel.basic_ack(delivery.tag), "ack")
+
+    def reject(self, delivery: Delivery, *, requeue: bool) -> None:
+        self._settle(
+            delivery,
+            lambda: self._channel.basic_nack(delivery.tag, requeue=requeue),
+            "reject",
+        )
+
+    # -- liveness ---------------------------------------------------------------------
+
+    def keep_alive(self, time_limit: float = 0.0) -> None:
+        self._run(lambda: self._connection.process_data_events(time_limit=time_limit))
+
+    def call_keeping_alive(self, work: Callable[[], T]) -> T:
+        self._check()
+        connection = self._connection
+        with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+            future = pool.submit(work)
+            if connection is not None:
+                # wake process_data_events as soon as the work is done
+                future.add_done_callback(lambda _f: _call_threadsafe(connection, lambda: None))
+            while not future.done():
+                self.keep_alive(time_limit=1.0)
+            return future.result()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._drop_connection()
+
+    @property
+    def generation(self) -> int:
+        """Increases each time the channel or connection is reopened."""
+        return self._generation
+
+
+def _call_threadsafe(connection: Any, callback: Callable[[], None]) -> None:
+    try:
+        connection.add_callback_threadsafe(callback)
+    except Exception:  # connection closed meanwhile: the pump loop will notice
+        logger.debug("could not wake the connection", exc_info=True)
