@@ -31,8 +31,9 @@ from aggregator.optimizer import (
     max_moves,
 )
 from aggregator.safeguards import project, violations
+from frecency.firefox2018 import SPEC as FIREFOX_2018
+from frecency.firefox_current import SPEC as FIREFOX_CURRENT
 from frecency.spec import ModelSpec, Param
-from tests.unit.test_optimizer import firefox_2018_spec
 
 FAST = settings(max_examples=60, deadline=None)
 
@@ -256,9 +257,6 @@ def test_state_round_trips_through_json(
         assert restored == state
 
 
-FIREFOX_2018 = firefox_2018_spec()
-
-
 @settings(max_examples=30, deadline=None)
 @given(
     st.sampled_from((RpropConfig.deployed(), RpropConfig.default())),
@@ -281,4 +279,29 @@ def test_firefox_2018_steps_keep_the_paper_safeguards(
         assert w[0] >= 1 and all(w[i + 1] >= w[i] + 1 for i in range(3))
         assert all(w[i + 1] <= w[i] for i in range(4, 8))
         assert all(x >= 0 and float(x).is_integer() for x in w)
+        state = result.state
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.sampled_from((RpropConfig.deployed(), RpropConfig.default())),
+    st.integers(1, 30).flatmap(
+        lambda n: st.tuples(
+            st.just(n),
+            st.lists(honest_totals(FIREFOX_CURRENT.dimension, n), min_size=1, max_size=30),
+        )
+    ),
+)
+def test_firefox_current_steps_keep_kind_weights_ordered(
+    config: RpropConfig, drawn: tuple[int, list[list[int]]]
+) -> None:
+    voters, rounds = drawn
+    state = initial_state(FIREFOX_CURRENT, config)
+    for total in rounds:
+        result = apply_votes(FIREFOX_CURRENT, config, state, total, voters)
+        assert isinstance(result, StepApplied)
+        assert_step_safe(FIREFOX_CURRENT, config, state, result)
+        w = result.state.weights
+        assert w[0] >= 1.0
+        assert all(w[i + 1] <= w[i] for i in range(1, 4))
         state = result.state

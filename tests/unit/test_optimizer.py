@@ -21,6 +21,7 @@ from aggregator.optimizer import (
     max_moves,
 )
 from aggregator.safeguards import project, violations
+from frecency.firefox2018 import SPEC as FIREFOX_2018
 from frecency.spec import ModelSpec, Param
 
 CUTOFFS = ("firstBucketCutoff", "secondBucketCutoff", "thirdBucketCutoff", "fourthBucketCutoff")
@@ -68,7 +69,23 @@ def firefox_2018_spec() -> ModelSpec:
     )
 
 
-SPEC = firefox_2018_spec()
+SPEC = FIREFOX_2018
+
+
+def test_the_shipped_firefox_2018_spec_matches_design_section_2() -> None:
+    table = firefox_2018_spec()
+    assert SPEC.names == table.names
+    assert np.array_equal(SPEC.defaults(), table.defaults())
+    assert np.array_equal(SPEC.lower_bounds(), table.lower_bounds())
+    assert np.array_equal(SPEC.upper_bounds(), table.upper_bounds())
+    assert bool(np.all(SPEC.integer_mask()))
+    assert (SPEC.increasing, SPEC.non_increasing, SPEC.min_gap) == (
+        table.increasing,
+        table.non_increasing,
+        table.min_gap,
+    )
+
+
 TYPED = SPEC.index("typedVisitBonus")
 LINK = SPEC.index("linkVisitBonus")
 
