@@ -23,12 +23,6 @@ def trunc_div(numerator: IntArray, denominator: int) -> IntArray:
     return np.asarray(quotient * sign, dtype=np.int64)
 
 
-def trunc_div_int(numerator: int, denominator: int) -> int:
-    """Scalar ``trunc_div``."""
-    quotient = abs(numerator) // abs(denominator)
-    return quotient if (numerator >= 0) == (denominator > 0) else -quotient
-
-
 def weight_matrix(weights: FloatArray, dimension: int) -> FloatArray:
     """``weights`` as a ``(W, dimension)`` float matrix (a single vector becomes W = 1)."""
     matrix = np.asarray(weights, dtype=np.float64)
