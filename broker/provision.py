@@ -212,7 +212,13 @@ def import_definitions(
     env: Mapping[str, str] | None = None,
 ) -> None:
     """Apply definitions to a running node with ``rabbitmqctl import_definitions``."""
-    command = [*rabbitmqctl, *(["-n", node] if node else []), "import_definitions", "--format", "json"]
+    command = [
+        *rabbitmqctl,
+        *(["-n", node] if node else []),
+        "import_definitions",
+        "--format",
+        "json",
+    ]
     result = subprocess.run(
         command,
         input=json.dumps(definitions).encode(),
