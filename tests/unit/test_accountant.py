@@ -40,7 +40,8 @@ def _ternary_rr_log_row(value: int, epsilon: float) -> np.ndarray:
     """log P[output = (-1, 0, 1)] of ternary RR on input ``value``, from the definition."""
     keep = math.exp(epsilon) / (math.exp(epsilon) + 2)
     other = 1 / (math.exp(epsilon) + 2)
-    return np.log(np.array([keep if out == value else other for out in (-1, 0, 1)]))
+    probabilities = np.array([keep if out == value else other for out in (-1, 0, 1)])
+    return np.asarray(np.log(probabilities), dtype=np.float64)
 
 
 def test_gaussian_composition_equals_one_gaussian_with_smaller_sigma() -> None:
@@ -85,7 +86,7 @@ def test_ternary_rr_matches_enumerated_divergence_of_two_coordinate_vectors() ->
     curve = randomized_response_rdp(epsilon, coordinates=2)
     rows = {v: _ternary_rr_log_row(v, epsilon) for v in (-1, 0, 1)}
 
-    def vector_log_distribution(vote: tuple[int, int]) -> np.ndarray:
+    def vector_log_distribution(vote: tuple[int, ...]) -> np.ndarray:
         return np.array([rows[vote[0]][i] + rows[vote[1]][j] for i in range(3) for j in range(3)])
 
     votes = list(itertools.product((-1, 0, 1), repeat=2))

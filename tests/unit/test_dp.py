@@ -99,7 +99,9 @@ def test_randomized_response_mean_is_scaled_vote_and_debiasing_recovers_the_sum(
     epsilon, members = 1.0, 3_000
     votes = np.array([1, -1, 0, 1, 1])
     source = SeededRandomSource(b"debias")
-    noisy_sum = sum(randomized_response(votes, epsilon, source) for _ in range(members))
+    noisy_sum = np.sum(
+        [randomized_response(votes, epsilon, source) for _ in range(members)], axis=0
+    )
     estimate = debias_sum(noisy_sum, epsilon)
     # Var of one randomized coordinate is E[x^2] - (c v)^2, with E[x^2] = 2q (v = 0) or p + q.
     p, q = keep_probability(epsilon), (1 - keep_probability(epsilon)) / 2
@@ -159,7 +161,7 @@ def test_skellam_noise_has_mean_zero_and_the_documented_variance(variance: float
 def test_sum_of_member_noise_has_the_summed_variance() -> None:
     members, per_member, coordinates = 40, 0.75, 600
     source = SeededRandomSource(b"sum")
-    total = sum(skellam_noise(coordinates, per_member, source) for _ in range(members))
+    total = np.sum([skellam_noise(coordinates, per_member, source) for _ in range(members)], axis=0)
     variance = members * per_member
     z = (total.var(ddof=1) - variance) / math.sqrt((variance + 2 * variance**2) / coordinates)
     assert abs(z) < STRICT_Z
