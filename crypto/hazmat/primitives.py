@@ -87,6 +87,12 @@ def public_agreement_key(private_key: bytes) -> bytes:
     return X25519PrivateKey.from_private_bytes(private_key).public_key().public_bytes_raw()
 
 
+def load_agreement_key(private_key: bytes) -> X25519PrivateKey:
+    """The X25519 key object of ``private_key``, to ``exchange`` with many peers at once."""
+    _check_key(private_key, "X25519 private key")
+    return X25519PrivateKey.from_private_bytes(private_key)
+
+
 def exchange(private_key: bytes | X25519PrivateKey, peer_public_key: bytes) -> bytes:
     """X25519(private_key, peer_public_key): the raw 32-byte shared secret.
 

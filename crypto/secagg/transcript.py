@@ -1,0 +1,109 @@
+"""What is signed, hashed, derived and encrypted in a round, and how it is bound
+(DESIGN.md s. 6; Bonawitz et al. 2017, figure 4).
+
+- the advert signature covers round, member id and both public keys;
+- the session id hashes the round parameters and every roster entry, length-prefixed;
+- every derived key has its own HKDF label, uses the session id as salt and the round and
+  the pair (ordered for encryption keys, sorted for pairwise masks) as context;
+- an encrypted share's associated data is sender || recipient || session id || round,
+  and its plaintext repeats sender and recipient;
+- the survivor signature covers the session id, round and sorted survivor list.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+from numpy.typing import NDArray
+
+from crypto.hazmat.primitives import derive, encode_fields, expand_mask
+from crypto.hazmat.shamir import SHARE_SIZE
+from crypto.secagg.messages import RosterEntry
+from crypto.secagg.params import RoundParameters
+
+ADVERT_LABEL = "fedrank/secagg/advertise-keys"
+SESSION_LABEL = "fedrank/secagg/session"
+SURVIVORS_LABEL = "fedrank/secagg/survivors"
+SHARE_KEY_LABEL = "fedrank/secagg/share-encryption"
+SHARE_AD_LABEL = "fedrank/secagg/share-ad"
+PAIRWISE_MASK_LABEL = "fedrank/secagg/pairwise-mask"
+SELF_MASK_LABEL = "fedrank/secagg/self-mask"
+
+
+def advert_payload(round_number: int, member: int, cipher_key: bytes, mask_key: bytes) -> bytes:
+    return encode_fields(ADVERT_LABEL, round_number, member, cipher_key, mask_key)
+
+
+def session_id(parameters: RoundParameters, roster: tuple[RosterEntry, ...]) -> bytes:
+    """SHA-256 over the parameters and all public keys, by member id, length-prefixed."""
+    fields: list[bytes | str | int] = [
+        SESSION_LABEL,
+        parameters.round,
+        parameters.threshold,
+        parameters.vector_length,
+        int(parameters.secagg_plus),
+        parameters.degree or 0,
+        parameters.neighbourhood_threshold or 0,
+        len(roster),
+    ]
+    for entry in sorted(roster, key=lambda e: e.member):
+        fields += [entry.member, entry.cipher_public_key, entry.mask_public_key]
+    return hashlib.sha256(encode_fields(*fields)).digest()
+
+
+def survivors_payload(session: bytes, round_number: int, survivors: tuple[int, ...]) -> bytes:
+    return encode_fields(SURVIVORS_LABEL, session, round_number, *sorted(survivors))
+
+
+def share_encryption_key(
+    shared_secret: bytes, session: bytes, round_number: int, sender: int, recipient: int
+) -> bytes:
+    """One AEAD key per direction of a pair (so a key encrypts one message only)."""
+    return derive(
+        shared_secret, SHARE_KEY_LABEL, salt=session, context=(round_number, sender, recipient)
+    )
+
+
+def share_associated_data(sender: int, recipient: int, session: bytes, round_number: int) -> bytes:
+    return encode_fields(SHARE_AD_LABEL, sender, recipient, session, round_number)
+
+
+def share_plaintext(sender: int, recipient: int, key_share: bytes, seed_share: bytes) -> bytes:
+    return encode_fields(sender, recipient, key_share, seed_share)
+
+
+def parse_share_plaintext(plaintext: bytes) -> tuple[int, int, bytes, bytes]:
+    """Inverse of ``share_plaintext``; ``ValueError`` if malformed."""
+    expected = 4 * 8 + 8 + 8 + 2 * SHARE_SIZE
+    if len(plaintext) != expected:
+        raise ValueError("malformed share plaintext")
+    fields: list[bytes] = []
+    offset = 0
+    for size in (8, 8, SHARE_SIZE, SHARE_SIZE):
+        if int.from_bytes(plaintext[offset : offset + 8], "big") != size:
+            raise ValueError("malformed share plaintext")
+        fields.append(plaintext[offset + 8 : offset + 8 + size])
+        offset += 8 + size
+    return (
+        int.from_bytes(fields[0], "big"),
+        int.from_bytes(fields[1], "big"),
+        fields[2],
+        fields[3],
+    )
+
+
+def pairwise_mask(
+    shared_secret: bytes, session: bytes, round_number: int, a: int, b: int, length: int
+) -> NDArray[np.uint32]:
+    """PRG(s_ab): the mask members ``a`` and ``b`` agree on (symmetric in a, b)."""
+    low, high = min(a, b), max(a, b)
+    seed = derive(
+        shared_secret, PAIRWISE_MASK_LABEL, salt=session, context=(round_number, low, high)
+    )
+    return expand_mask(seed, length)
+
+
+def self_mask(seed: bytes, session: bytes, round_number: int, length: int) -> NDArray[np.uint32]:
+    """PRG(b_u): a member's self mask."""
+    return expand_mask(derive(seed, SELF_MASK_LABEL, salt=session, context=(round_number,)), length)
