@@ -137,18 +137,17 @@ def randomized_response_rdp(
     """
     if epsilon_per_coordinate < 0 or coordinates < 0:
         raise ValueError("epsilon and coordinates must be >= 0")
-    log_norm = math.log(math.exp(epsilon_per_coordinate) + 2.0)
-    log_p = epsilon_per_coordinate - log_norm
-    log_q = -log_norm
+    eps = epsilon_per_coordinate
+    log_norm = math.log(math.exp(eps) + 2.0)
     values = []
     for alpha in orders:
-        log_mass = _log_sum_exp(
-            [
-                alpha * log_p + (1.0 - alpha) * log_q,
-                alpha * log_q + (1.0 - alpha) * log_p,
-                log_q,
-            ]
-        )
+        if alpha * eps <= 1.0:
+            # The mass is 1 + (expm1(a eps) + expm1((1-a) eps) - expm1(eps)) / (e^eps + 2):
+            # this form keeps its relative accuracy as eps -> 0.
+            excess = math.expm1(alpha * eps) + math.expm1((1.0 - alpha) * eps) - math.expm1(eps)
+            log_mass = math.log1p(excess / (math.exp(eps) + 2.0))
+        else:  # p^a q^(1-a) = q e^(a eps), q^a p^(1-a) = q e^((1-a) eps), q = e^-log_norm
+            log_mass = _log_sum_exp([alpha * eps, (1.0 - alpha) * eps, 0.0]) - log_norm
         values.append(coordinates * max(log_mass, 0.0) / (alpha - 1.0))
     return _curve(orders, values)
 
