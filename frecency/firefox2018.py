@@ -15,7 +15,7 @@ then evaluates any number of weight vectors in a few broadcast numpy operations.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Self
 
 import numpy as np
@@ -108,39 +108,35 @@ _SECONDS_PER_DAY = 86_400
 
 @dataclass(frozen=True, slots=True, eq=False)
 class Firefox2018Batch:
-    """Encoded pages: ``(P, K)`` arrays for the K sampled visits, ``(P,)`` per page."""
+    """Encoded pages: ``(P, K)`` arrays for the K sampled visits, ``(P,)`` per page.
+
+    Masks and flags are stored as 0.0/1.0 floats and ages as floats (whole days), so that
+    scoring does no casting.
+    """
 
     #: Index into the weight vector of each sampled visit's transition bonus.
     bonus_index: IntArray
     #: ``age_in_days`` of each sampled visit, as Firefox's SQL computed it.
-    age_days: IntArray
-    #: The slot holds a sampled visit.
-    sampled: BoolArray
+    age_days: FloatArray
+    #: 1.0 where the slot holds a sampled visit.
+    sampled: FloatArray
     #: ``moz_places.visit_count``.
     visit_count: IntArray
-    bookmarked: BoolArray
-    typed: BoolArray
-    #: ``place:`` URL (a query: never gets the unvisited-bookmark value).
-    is_query: BoolArray
+    #: Visits sampled (``numSampledVisits`` in Firefox's code).
+    sampled_count: IntArray
+    #: 1.0 for a bookmarked page (``foreign_count > 0``).
+    bookmarked: FloatArray
+    #: 1.0 for a page with ``moz_places.typed``.
+    typed: FloatArray
+    #: No visit sampled, bookmarked, not a ``place:`` query: the unvisited-bookmark rule.
+    unvisited_bookmark: BoolArray
 
     def __len__(self) -> int:
         return int(self.visit_count.shape[0])
 
     def take(self, pages: Sequence[int] | IntArray) -> Self:
         index = np.asarray(pages, dtype=np.int64)
-        return type(self)(
-            bonus_index=self.bonus_index[index],
-            age_days=self.age_days[index],
-            sampled=self.sampled[index],
-            visit_count=self.visit_count[index],
-            bookmarked=self.bookmarked[index],
-            typed=self.typed[index],
-            is_query=self.is_query[index],
-        )
-
-    @property
-    def sampled_count(self) -> IntArray:
-        return np.asarray(self.sampled.sum(axis=1), dtype=np.int64)
+        return type(self)(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
 
 
 def _own(batch: PageBatch) -> Firefox2018Batch:
@@ -185,7 +181,7 @@ class Firefox2018Model:
         """
         count, width = len(pages), self.num_visits
         bonus_index = np.full((count, width), DEFAULT_BONUS, dtype=np.int64)
-        visit_seconds = np.zeros((count, width), dtype=np.int64)
+        visit_time_us = np.zeros((count, width), dtype=np.int64)
         sampled = np.zeros((count, width), dtype=np.bool_)
         for row, page in enumerate(pages):
             # Firefox samples visits only when visit_count > 0.
@@ -198,30 +194,34 @@ class Firefox2018Model:
                     None if visit.redirect_from is None else int(visit.redirect_from),
                     visit.redirect_source,
                 )
-                visit_seconds[row, column] = visit.time_us
+                visit_time_us[row, column] = visit.time_us
                 sampled[row, column] = True
         now_seconds = now_us // _MICROSECONDS_PER_SECOND
-        seconds = now_seconds - trunc_div(visit_seconds, _MICROSECONDS_PER_SECOND)
+        seconds = now_seconds - trunc_div(visit_time_us, _MICROSECONDS_PER_SECOND)
         age_days = np.where(sampled, trunc_div(seconds, _SECONDS_PER_DAY), 0)
+        bookmarked = np.array([p.bookmarked for p in pages], dtype=np.bool_)
+        is_query = np.array([p.url.startswith("place:") for p in pages], dtype=np.bool_)
+        sampled_count = sampled.sum(axis=1).astype(np.int64)
         return Firefox2018Batch(
             bonus_index=bonus_index,
-            age_days=np.asarray(age_days, dtype=np.int64),
-            sampled=sampled,
+            age_days=age_days.astype(np.float64),
+            sampled=sampled.astype(np.float64),
             visit_count=np.array([p.visit_count for p in pages], dtype=np.int64),
-            bookmarked=np.array([p.bookmarked for p in pages], dtype=np.bool_),
-            typed=np.array([p.typed for p in pages], dtype=np.bool_),
-            is_query=np.array([p.url.startswith("place:") for p in pages], dtype=np.bool_),
+            sampled_count=sampled_count,
+            bookmarked=bookmarked.astype(np.float64),
+            typed=np.array([p.typed for p in pages], dtype=np.float64),
+            unvisited_bookmark=(sampled_count == 0) & bookmarked & ~is_query,
         )
 
     @staticmethod
     def _bucket_weights(batch: Firefox2018Batch, weights: FloatArray) -> FloatArray:
         """``GetFrecencyAgedWeight(age)`` for every (weight vector, page, visit): the first
         cutoff with ``age <= cutoff`` picks its bucket weight, else the default bucket."""
-        age = batch.age_days[np.newaxis, :, :]
+        age = batch.age_days
         cutoffs = weights[:, CUTOFFS, np.newaxis, np.newaxis]
         buckets = weights[:, BUCKET_WEIGHTS, np.newaxis, np.newaxis]
-        result = np.broadcast_to(buckets[:, 4], (weights.shape[0], *age.shape[1:]))
-        for bucket in (3, 2, 1, 0):
+        result = np.where(age <= cutoffs[:, 3], buckets[:, 3], buckets[:, 4])
+        for bucket in (2, 1, 0):
             result = np.where(age <= cutoffs[:, bucket], buckets[:, bucket], result)
         return np.asarray(result, dtype=np.float64)
 
@@ -230,8 +230,8 @@ class Firefox2018Model:
         """Bonus of every (weight vector, page, visit), with ``bookmarkVisitBonus`` added to
         every visit of a bookmarked page."""
         bonus = weights[:, batch.bonus_index]
-        bookmark = weights[:, BOOKMARK, np.newaxis, np.newaxis] * batch.bookmarked[:, np.newaxis]
-        return np.asarray(bonus + bookmark, dtype=np.float64)
+        bonus += weights[:, BOOKMARK, np.newaxis, np.newaxis] * batch.bookmarked[:, np.newaxis]
+        return np.asarray(bonus, dtype=np.float64)
 
     def score(self, batch: PageBatch, weights: FloatArray) -> FloatArray:
         """``visit_count * points / sampled`` without Firefox's two ceilings, ``(W, P)``.
@@ -242,19 +242,20 @@ class Firefox2018Model:
         batch = _own(batch)
         matrix = weight_matrix(weights, SPEC.dimension)
         per_visit = self._bucket_weights(batch, matrix) * self._visit_bonuses(batch, matrix)
-        points = np.einsum("wpk,pk->wp", per_visit, batch.sampled.astype(np.float64)) / 100.0
-        sampled = batch.sampled_count
-        visited = sampled > 0
-        visited_score = np.where(
-            points > 0, points * batch.visit_count / np.maximum(sampled, 1), -1.0
+        points = np.einsum("wpk,pk->wp", per_visit, batch.sampled) / 100.0
+        visit_scale = batch.visit_count / np.maximum(batch.sampled_count, 1)
+        visited_score = np.where(points > 0, points * visit_scale, -1.0)
+        unvisited_score = (
+            matrix[:, FIRST_BUCKET_WEIGHT, np.newaxis]
+            * (
+                matrix[:, UNVISITED_BOOKMARK, np.newaxis]
+                + matrix[:, UNVISITED_TYPED, np.newaxis] * batch.typed
+            )
+            * (batch.unvisited_bookmark / 100.0)
         )
-        unvisited_bonus = (
-            matrix[:, UNVISITED_BOOKMARK, np.newaxis]
-            + matrix[:, UNVISITED_TYPED, np.newaxis] * batch.typed
+        return np.asarray(
+            np.where(batch.sampled_count > 0, visited_score, unvisited_score), dtype=np.float64
         )
-        unvisited_score = matrix[:, FIRST_BUCKET_WEIGHT, np.newaxis] * unvisited_bonus / 100.0
-        unvisited_score = np.where(batch.bookmarked & ~batch.is_query, unvisited_score, 0.0)
-        return np.asarray(np.where(visited, visited_score, unvisited_score), dtype=np.float64)
 
     def frecency(self, batch: PageBatch, weights: FloatArray) -> IntArray:
         """The integer ``calculate_frecency`` returns, in its float32 arithmetic, ``(P,)``."""
@@ -263,24 +264,24 @@ class Firefox2018Model:
         matrix = prefs[np.newaxis, :].astype(np.float64)
         bucket_weight = self._bucket_weights(batch, matrix)[0]
         bonus = self._visit_bonuses(batch, matrix)[0]
+        sampled = batch.sampled > 0
         # pointsForSampledVisits += (float)(weight * (bonus / 100.0)), newest visit first.
         points = np.zeros(len(batch), dtype=np.float32)
-        for column in range(batch.sampled.shape[1]):
+        for column in range(sampled.shape[1]):
             term = (bucket_weight[:, column] * (bonus[:, column] / 100.0)).astype(np.float32)
-            points = np.where(batch.sampled[:, column], points + term, points).astype(np.float32)
-        sampled = batch.sampled_count
-        # (int32_t)ceilf(visitCount * ceilf(points) / numSampledVisits)
-        estimate = (
-            batch.visit_count.astype(np.float32) * np.ceil(points)
-        ) / np.maximum(sampled, 1).astype(np.float32)
-        visited_value = np.where(points != 0, np.ceil(estimate.astype(np.float32)), -1.0)
-        # Unvisited bookmark: weight(bucket 1) * (bonus / 100.0f), bonus summed in int.
-        unvisited_bonus = prefs[UNVISITED_BOOKMARK] + prefs[UNVISITED_TYPED] * batch.typed
-        unvisited_points = np.float32(prefs[FIRST_BUCKET_WEIGHT]) * (
-            unvisited_bonus.astype(np.float32) / np.float32(100.0)
+            points = np.where(sampled[:, column], points + term, points).astype(np.float32)
+        # (int32_t)ceilf(visitCount * ceilf(points) / numSampledVisits), in float.
+        estimate = (batch.visit_count.astype(np.float32) * np.ceil(points)).astype(np.float32)
+        estimate = (estimate / np.maximum(batch.sampled_count, 1).astype(np.float32)).astype(
+            np.float32
         )
-        unvisited_value = np.where(
-            batch.bookmarked & ~batch.is_query, np.ceil(unvisited_points.astype(np.float32)), 0.0
-        )
-        value = np.where(sampled > 0, visited_value, unvisited_value)
+        visited_value = np.where(points != 0, np.ceil(estimate), -1.0)
+        # Unvisited bookmark: ceilf(weight(bucket 1) * (bonus / 100.0f)), bonus an int sum.
+        unvisited_bonus = prefs[UNVISITED_BOOKMARK] + prefs[UNVISITED_TYPED] * (batch.typed > 0)
+        unvisited_points = (
+            np.float32(prefs[FIRST_BUCKET_WEIGHT])
+            * (unvisited_bonus.astype(np.float32) / np.float32(100.0)).astype(np.float32)
+        ).astype(np.float32)
+        unvisited_value = np.where(batch.unvisited_bookmark, np.ceil(unvisited_points), 0.0)
+        value = np.where(batch.sampled_count > 0, visited_value, unvisited_value)
         return np.asarray(np.trunc(value), dtype=np.int64)

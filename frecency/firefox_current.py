@@ -171,9 +171,7 @@ def page_samples(page: Page, now_us: int, settings: InteractionSettings) -> list
     samples = [
         _Sample(
             visit.time_us,
-            visit_kind(
-                visit, any(abs(visit.time_us - when) <= gap_us for when in interactions)
-            ),
+            visit_kind(visit, any(abs(visit.time_us - when) <= gap_us for when in interactions)),
         )
         for visit in candidates
     ]
