@@ -1,0 +1,240 @@
+"""One behaviour, two transports: the in-memory broker and RabbitMQ (through pika) must
+route, confirm, ack, redeliver and reject alike (broker/transport.py)."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from broker.codec import WireMessage, decode, encode
+from broker.memory import MemoryBroker
+from broker.messages import ModelRequest
+from broker.rabbitmq import RabbitMQSettings, RabbitMQTransport
+from broker.receive import Expectation, Outcome, receive_one
+from broker.topology import BindingSpec, ExchangeSpec, QueueSpec
+from broker.transport import (
+    Delivery,
+    NotFound,
+    PublishRejected,
+    TopologyMismatch,
+    Transport,
+)
+
+Connect = Callable[..., Transport]
+
+
+@pytest.fixture(params=["memory", pytest.param("rabbitmq", marks=pytest.mark.broker)])
+def connect(request: pytest.FixtureRequest) -> Iterator[Connect]:
+    """``connect(prefetch=16) -> Transport`` on a broker private to the test session."""
+    opened: list[Transport] = []
+    if request.param == "memory":
+        broker = MemoryBroker()
+
+        def connect_memory(prefetch: int = 16) -> Transport:
+            transport = broker.connect("guest", prefetch=prefetch)
+            opened.append(transport)
+            return transport
+
+        yield connect_memory
+    else:
+        settings: RabbitMQSettings = request.getfixturevalue("rabbitmq_settings")
+
+        def connect_rabbitmq(prefetch: int = 16) -> Transport:
+            transport = RabbitMQTransport(
+                RabbitMQSettings(**{**_fields(settings), "prefetch": prefetch})
+            )
+            opened.append(transport)
+            return transport
+
+        yield connect_rabbitmq
+    for transport in opened:
+        transport.close()
+
+
+def _fields(settings: RabbitMQSettings) -> dict[str, object]:
+    return {name: getattr(settings, name) for name in settings.__dataclass_fields__}
+
+
+@pytest.fixture()
+def names() -> Callable[[str], str]:
+    """Unique exchange/queue names per test (tests share one vhost)."""
+    prefix = f"t{uuid.uuid4().hex[:10]}"
+    return lambda name: f"{prefix}.{name}"
+
+
+def _request(pid: str, round_: int = 0) -> ModelRequest:
+    return ModelRequest(round=round_, participant_id=pid)
+
+
+def _queue_with_binding(
+    transport: Transport, exchange: ExchangeSpec, queue: str, key: str = ""
+) -> None:
+    transport.declare_exchange(exchange)
+    transport.declare_queue(QueueSpec(queue))
+    transport.bind(BindingSpec(exchange.name, queue, key))
+
+
+def _get(transport: Transport, queue: str) -> Delivery:
+    delivery = transport.get(queue, timeout=5)
+    assert delivery is not None, f"nothing arrived on {queue}"
+    return delivery
+
+
+def test_published_message_arrives_decoded_with_sender(connect: Connect, names) -> None:
+    transport = connect()
+    exchange = ExchangeSpec(names("x"), "direct")
+    _queue_with_binding(transport, exchange, names("q"), "k")
+    transport.publish(exchange.name, "k", _request("p1", 7))
+    delivery = _get(transport, names("q"))
+    assert decode(delivery.body) == _request("p1", 7)
+    assert delivery.user_id == "guest"
+    assert not delivery.redelivered
+    transport.ack(delivery)
+    assert transport.get(names("q"), timeout=0.2) is None
+
+
+def test_direct_routes_by_key_and_fanout_to_queues_bound_at_publish(
+    connect: Connect, names
+) -> None:
+    transport = connect()
+    direct = ExchangeSpec(names("direct"), "direct")
+    fanout = ExchangeSpec(names("fanout"), "fanout")
+    _queue_with_binding(transport, direct, names("a"), "a")
+    _queue_with_binding(transport, direct, names("b"), "b")
+    transport.declare_exchange(fanout)
+    transport.bind(BindingSpec(fanout.name, names("a")))
+    transport.publish(direct.name, "b", _request("to-b"))
+    transport.publish(fanout.name, "", _request("early"))
+    transport.bind(BindingSpec(fanout.name, names("b")))  # bound after the fanout
+    transport.publish(fanout.name, "", _request("late"))
+    got_a = [decode(_get(transport, names("a")).body) for _ in range(2)]
+    got_b = [decode(_get(transport, names("b")).body) for _ in range(2)]
+    assert [m.participant_id for m in got_a] == ["early", "late"]  # type: ignore[attr-defined]
+    assert [m.participant_id for m in got_b] == ["to-b", "late"]  # type: ignore[attr-defined]
+    assert transport.get(names("a"), timeout=0.2) is None
+    assert transport.get(names("b"), timeout=0.2) is None
+
+
+def test_unroutable_message_is_rejected(connect: Connect, names) -> None:
+    transport = connect()
+    direct = ExchangeSpec(names("direct"), "direct")
+    _queue_with_binding(transport, direct, names("q"), "known")
+    with pytest.raises(PublishRejected):
+        transport.publish(direct.name, "unknown", _request("p"))
+    fanout = ExchangeSpec(names("fanout"), "fanout")
+    transport.declare_exchange(fanout)
+    with pytest.raises(PublishRejected):
+        transport.publish(fanout.name, "", _request("p"))
+    # the transport stays usable
+    transport.publish(direct.name, "known", _request("p"))
+    transport.ack(_get(transport, names("q")))
+
+
+def test_missing_exchange_or_queue_is_not_found(connect: Connect, names) -> None:
+    transport = connect()
+    with pytest.raises(NotFound):
+        transport.publish(names("nowhere"), "", _request("p"))
+    with pytest.raises(NotFound):
+        transport.get(names("no-queue"), timeout=0.2)
+
+
+def test_conflicting_redeclaration_is_a_topology_mismatch(connect: Connect, names) -> None:
+    transport = connect()
+    transport.declare_exchange(ExchangeSpec(names("x"), "direct"))
+    with pytest.raises(TopologyMismatch):
+        transport.declare_exchange(ExchangeSpec(names("x"), "fanout"))
+    transport.declare_queue(QueueSpec(names("q"), arguments=(("x-max-length", 5),)))
+    with pytest.raises(TopologyMismatch):
+        transport.declare_queue(QueueSpec(names("q"), arguments=(("x-max-length", 6),)))
+
+
+def test_unacked_message_is_redelivered_after_the_consumer_closes(connect: Connect, names) -> None:
+    first = connect()
+    exchange = ExchangeSpec(names("x"), "direct")
+    _queue_with_binding(first, exchange, names("q"), "k")
+    first.publish(exchange.name, "k", _request("p"))
+    taken = _get(first, names("q"))
+    assert not taken.redelivered
+    first.close()
+    second = connect()
+    again = _get(second, names("q"))
+    assert again.redelivered
+    assert again.body == taken.body
+    second.ack(again)
+    assert second.get(names("q"), timeout=0.2) is None
+
+
+def test_reject_requeues_or_drops(connect: Connect, names) -> None:
+    transport = connect()
+    exchange = ExchangeSpec(names("x"), "direct")
+    _queue_with_binding(transport, exchange, names("q"), "k")
+    transport.publish(exchange.name, "k", _request("p"))
+    transport.reject(_get(transport, names("q")), requeue=True)
+    again = _get(transport, names("q"))
+    assert again.redelivered
+    transport.reject(again, requeue=False)
+    assert transport.get(names("q"), timeout=0.3) is None
+
+
+def test_prefetch_bounds_unacked_deliveries(connect: Connect, names) -> None:
+    transport = connect(prefetch=1)
+    exchange = ExchangeSpec(names("x"), "direct")
+    _queue_with_binding(transport, exchange, names("q"), "k")
+    for i in range(2):
+        transport.publish(exchange.name, "k", _request(f"p{i}"))
+    first = _get(transport, names("q"))
+    assert transport.get(names("q"), timeout=0.3) is None
+    transport.ack(first)
+    second = _get(transport, names("q"))
+    assert decode(second.body) == _request("p1")
+    transport.ack(second)
+
+
+def test_bad_input_is_acked_away_and_logged_while_good_input_is_handled(
+    connect: Connect, names, caplog: pytest.LogCaptureFixture
+) -> None:
+    transport = connect()
+    exchange = ExchangeSpec(names("x"), "direct")
+    _queue_with_binding(transport, exchange, names("q"), "k")
+    bad_inputs = [
+        b"\xc1 not msgpack",
+        encode(_request("p", round_=3)),  # wrong round
+        encode(_request("p"))[:-3],  # truncated
+    ]
+    for body in bad_inputs:
+        transport.publish_bytes(exchange.name, "k", body)
+    transport.publish(exchange.name, "k", _request("good"))
+    handled: list[WireMessage] = []
+    expectation = Expectation(kinds=(ModelRequest,), round=0)
+    with caplog.at_level(logging.WARNING, logger="fedrank.broker"):
+        outcomes = [
+            receive_one(
+                transport, names("q"), lambda m, d: handled.append(m), expectation, timeout=5
+            )
+            for _ in range(4)
+        ]
+    assert outcomes == [Outcome.REJECTED] * 3 + [Outcome.HANDLED]
+    assert handled == [_request("good")]
+    rejections = [r.getMessage() for r in caplog.records if r.name == "fedrank.broker"]
+    assert len(rejections) == 3
+    assert "round 3, current round is 0" in rejections[1]
+    assert transport.get(names("q"), timeout=0.3) is None  # all acked away
+
+
+def test_handler_failure_requeues_once_then_drops(connect: Connect, names) -> None:
+    transport = connect()
+    exchange = ExchangeSpec(names("x"), "direct")
+    _queue_with_binding(transport, exchange, names("q"), "k")
+    transport.publish(exchange.name, "k", _request("p"))
+    expectation = Expectation(kinds=(ModelRequest,))
+
+    def failing(message: WireMessage, delivery: Delivery) -> None:
+        raise RuntimeError("handler bug")
+
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match="handler bug"):
+            receive_one(transport, names("q"), failing, expectation, timeout=5)
+    assert transport.get(names("q"), timeout=0.3) is None
