@@ -86,6 +86,17 @@ class RdpCurve:
     def __add__(self, other: RdpCurve) -> RdpCurve:
         return self.compose(other)
 
+    def tightest(self, other: RdpCurve) -> RdpCurve:
+        """Order-wise minimum of two valid curves *of the same mechanism*.
+
+        E.g. randomized response followed by Skellam noise in the secure sum: the release is
+        both a post-processing of the RR vote and a Skellam mechanism, so either bound holds.
+        """
+        if self.orders != other.orders:
+            raise ValueError("cannot combine RDP curves over different orders")
+        lowest = (min(a, b) for a, b in zip(self.epsilons, other.epsilons, strict=True))
+        return RdpCurve(self.orders, tuple(lowest))
+
     def times(self, rounds: int) -> RdpCurve:
         """``rounds``-fold composition of this mechanism with itself."""
         if rounds < 0:

@@ -227,3 +227,14 @@ def test_budget_rejects_invalid_configuration() -> None:
 def test_default_orders_are_increasing_and_above_one() -> None:
     assert all(a < b for a, b in itertools.pairwise(DEFAULT_ORDERS))
     assert DEFAULT_ORDERS[0] > 1
+
+
+def test_tightest_of_two_bounds_is_no_worse_than_either() -> None:
+    local = randomized_response_rdp(0.5, 22)
+    central = skellam_rdp(1800.0, 44.0, 2 * math.sqrt(22))
+    both = local.tightest(central)
+    eps_local, eps_central = local.epsilon(1e-6), central.epsilon(1e-6)
+    assert both.epsilon(1e-6) <= min(eps_local, eps_central)
+    # Skellam is tighter at small orders, the bounded RR curve at large ones.
+    assert both.epsilons[0] == central.epsilons[0] < local.epsilons[0]
+    assert both.epsilons[-1] == local.epsilons[-1] < central.epsilons[-1]
