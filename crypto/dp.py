@@ -251,6 +251,17 @@ def skellam_noise(
     )
 
 
+def encode_for_ring(values: Sequence[int] | NDArray[np.integer]) -> NDArray[np.uint32]:
+    """Signed integers (vote + noise) as elements of Z_{2^32}, the secure-aggregation input."""
+    return (np.asarray(values, dtype=np.int64) % (1 << 32)).astype(np.uint32)
+
+
+def decode_from_ring(total: Sequence[int] | NDArray[np.integer]) -> IntArray:
+    """An unmasked sum in Z_{2^32} read back as a signed integer in [-2^31, 2^31)."""
+    unsigned = np.asarray(total, dtype=np.int64) % (1 << 32)
+    return np.where(unsigned >= 1 << 31, unsigned - (1 << 32), unsigned).astype(np.int64)
+
+
 def skellam_epsilon(
     total_variance: float,
     delta: float,

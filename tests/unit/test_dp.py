@@ -21,6 +21,8 @@ from crypto.dp import (
     SeededRandomSource,
     calibrate_skellam,
     debias_sum,
+    decode_from_ring,
+    encode_for_ring,
     expected_scale,
     keep_probability,
     randomized_response,
@@ -226,3 +228,16 @@ def test_wrap_risk_is_negligible_for_realistic_rounds_and_certain_without_margin
     total = 1000 * calibrate_skellam(0.1, 1e-9, s.l1, s.l2, 1000, rounds=1000)
     assert wrap_probability_bound(total, max_abs_vote_sum=5000, dimension=27) < 1e-30
     assert wrap_probability_bound(total, max_abs_vote_sum=(1 << 31), dimension=27) == 1.0
+
+
+def test_noised_votes_survive_the_trip_through_z_2_32() -> None:
+    source = SeededRandomSource(b"ring")
+    members = [np.array([1, -1, 0, 1]) + skellam_noise(4, 30.0, source) for _ in range(50)]
+    ring_total = np.zeros(4, dtype=np.uint64)
+    for contribution in members:
+        encoded = encode_for_ring(contribution)
+        assert encoded.dtype == np.uint32
+        ring_total = (ring_total + encoded) % (1 << 32)
+    assert decode_from_ring(ring_total).tolist() == np.sum(members, axis=0).tolist()
+    extremes = [-(1 << 31), -1, 0, (1 << 31) - 1]
+    assert decode_from_ring(encode_for_ring(extremes)).tolist() == extremes
