@@ -250,7 +250,7 @@ def test_messages_are_frozen_and_strict() -> None:
     [
         (b"\x91" * 60_000 + b"\x00", "body is not valid msgpack (StackError"),
         (b"\xdd\xff\xff\xff\xff", "exceeds max_array_len"),
-        (b"\xc6\xff\xff\xff\xff", "exceeds max_bin_len"),
+        (b"\xc6\xff\xff\xff\xff", "body is not valid msgpack"),
     ],
 )
 def test_hostile_bodies_are_decode_errors(body: bytes, expected_reason: str) -> None:
