@@ -75,9 +75,8 @@ def test_core_topology_routes_submissions_to_the_aggregator_queue() -> None:
     transport = broker.connect()
     declare_core(transport)
     declare_core(transport)  # idempotent
-    transport.publish(
-        SUBMIT_EXCHANGE, SUBMIT_ROUTING_KEY, ModelRequest(round=0, participant_id="p")
-    )
+    request = ModelRequest(round=0, participant_id="p")
+    transport.publish(SUBMIT_EXCHANGE, SUBMIT_ROUTING_KEY, request)
     assert broker.queue_length(AGGREGATOR_QUEUE) == 1
     with pytest.raises(PublishRejected):
         transport.publish(SUBMIT_EXCHANGE, "elsewhere", request)
