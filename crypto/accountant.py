@@ -235,6 +235,20 @@ class ParticipantBudget:
     def __post_init__(self) -> None:
         self.spent = RdpCurve.zero(self.orders)
 
+    @classmethod
+    def resume(cls, budget: PrivacyBudget, spent: RdpCurve, rounds_spent: int) -> ParticipantBudget:
+        """A ledger restored from storage (``spent`` and ``rounds_spent`` as saved).
+
+        The participant must persist its ledger after every ``spend``: a ledger that starts
+        from zero on every restart would let the budget be spent again.
+        """
+        if rounds_spent < 0:
+            raise ValueError("rounds_spent must be >= 0")
+        ledger = cls(budget, spent.orders)
+        ledger.spent = spent
+        ledger.rounds_spent = rounds_spent
+        return ledger
+
     def epsilon_spent(self) -> float:
         """The epsilon (at the budget's delta) of everything spent so far."""
         if self.rounds_spent == 0:

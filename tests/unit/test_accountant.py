@@ -238,3 +238,17 @@ def test_tightest_of_two_bounds_is_no_worse_than_either() -> None:
     # Skellam is tighter at small orders, the bounded RR curve at large ones.
     assert both.epsilons[0] == central.epsilons[0] < local.epsilons[0]
     assert both.epsilons[-1] == local.epsilons[-1] < central.epsilons[-1]
+
+
+def test_resumed_ledger_keeps_refusing_what_the_original_refused() -> None:
+    budget = PrivacyBudget(epsilon=2.0, delta=1e-6)
+    ledger = ParticipantBudget(budget)
+    cost = randomized_response_rdp(0.02, 22)
+    while ledger.can_spend(cost):
+        ledger.spend(cost)
+    saved = RdpCurve(ledger.spent.orders, ledger.spent.epsilons)
+    resumed = ParticipantBudget.resume(budget, saved, ledger.rounds_spent)
+    assert resumed.epsilon_spent() == ledger.epsilon_spent() > 1.5
+    with pytest.raises(BudgetExhausted):
+        resumed.spend(cost)
+    assert ParticipantBudget(budget).can_spend(cost)
