@@ -8,8 +8,8 @@ Used by ``fedrank simulate --secure``, by the benchmark and by the tests.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.typing import NDArray
@@ -53,6 +53,7 @@ class InProcessCohort:
     parameters: RoundParameters
     server: SecAggServer
     clients: dict[int, SecAggClient]
+    refusals: dict[int, RemoteProtocolError] = field(default_factory=dict)
 
 
 def build_cohort(
@@ -73,9 +74,15 @@ def build_cohort(
     return InProcessCohort(parameters, server, clients)
 
 
-def drive(cohort: InProcessCohort, dropouts: Mapping[int, Phase] | None = None) -> Outcome:
+def drive(
+    cohort: InProcessCohort,
+    dropouts: Mapping[int, Phase] | None = None,
+    *,
+    intercept: Callable[[ServerMessage], ServerMessage] | None = None,
+) -> Outcome:
     """Run the round; member m sends nothing from phase ``dropouts[m]`` on. A client that
-    refuses a message (``RemoteProtocolError``) simply stops, like a dropout."""
+    refuses a message stops, like a dropout, and its error lands in ``cohort.refusals``.
+    ``intercept`` may replace any server message on its way (to test a lying server)."""
     stops = dict(dropouts or {})
     server = cohort.server
     now = 0.0
@@ -105,9 +112,12 @@ def drive(cohort: InProcessCohort, dropouts: Mapping[int, Phase] | None = None) 
             member = message.recipient
             if not active(member, _phase_of(message)):
                 continue
+            if intercept is not None:
+                message = intercept(message)
             try:
                 reply = cohort.clients[member].receive(message, now)
-            except RemoteProtocolError:
+            except RemoteProtocolError as refused:
+                cohort.refusals[member] = refused
                 stops[member] = _phase_of(message)
                 continue
             take(server.receive(reply, now))
