@@ -7,11 +7,12 @@ import logging
 import uuid
 from collections.abc import Callable, Iterator
 
+import msgpack
 import pytest
 
 from broker.codec import WireMessage, decode, encode
 from broker.memory import MemoryBroker
-from broker.messages import ModelRequest
+from broker.messages import ModelAnnouncement, ModelRequest, PhaseDeadlines, RoundParameters
 from broker.rabbitmq import RabbitMQSettings, RabbitMQTransport
 from broker.receive import Expectation, Outcome, receive_one
 from broker.topology import BindingSpec, ExchangeSpec, QueueSpec
@@ -63,6 +64,21 @@ def names() -> Callable[[str], str]:
     """Unique exchange/queue names per test (tests share one vhost)."""
     prefix = f"t{uuid.uuid4().hex[:10]}"
     return lambda name: f"{prefix}.{name}"
+
+
+ANNOUNCEMENT = ModelAnnouncement(
+    round=0,
+    model_version=1,
+    spec="firefox-2018",
+    weights=(4.0,),
+    params=RoundParameters(
+        cohort_size=3,
+        quorum=2,
+        deadlines=PhaseDeadlines(
+            check_in=1.0, share_keys=2.0, masked_input=3.0, consistency_check=4.0, unmask=5.0
+        ),
+    ),
+)
 
 
 def _request(pid: str, round_: int = 0) -> ModelRequest:
@@ -199,11 +215,16 @@ def test_bad_input_is_acked_away_and_logged_while_good_input_is_handled(
     transport = connect()
     exchange = ExchangeSpec(names("x"), "direct")
     _queue_with_binding(transport, exchange, names("q"), "k")
-    bad_inputs = [
-        b"\xc1 not msgpack",
-        encode(_request("p", round_=3)),  # wrong round
-        encode(_request("p"))[:-3],  # truncated
-    ]
+    good_wire = encode(_request("p"))
+    bad_inputs = {
+        b"\xc1 not msgpack": "not a msgpack message envelope",
+        good_wire[:-3]: "body is not valid msgpack",
+        good_wire[:-1] + b"\xc1" * 2000: "exceeds its cap of 1024",
+        msgpack.packb([1, "model-request", {"round": 0}]): "field 'participant_id'",
+        msgpack.packb([9, "model-request", {}]): "protocol version 9 not supported",
+        encode(ANNOUNCEMENT): "unexpected message kind 'model-announcement'",
+        encode(_request("p", round_=3)): "round 3, current round is 0",
+    }
     for body in bad_inputs:
         transport.publish_bytes(exchange.name, "k", body)
     transport.publish(exchange.name, "k", _request("good"))
@@ -214,13 +235,15 @@ def test_bad_input_is_acked_away_and_logged_while_good_input_is_handled(
             receive_one(
                 transport, names("q"), lambda m, d: handled.append(m), expectation, timeout=5
             )
-            for _ in range(4)
+            for _ in range(len(bad_inputs) + 1)
         ]
-    assert outcomes == [Outcome.REJECTED] * 3 + [Outcome.HANDLED]
+    assert outcomes == [Outcome.REJECTED] * len(bad_inputs) + [Outcome.HANDLED]
     assert handled == [_request("good")]
     rejections = [r.getMessage() for r in caplog.records if r.name == "fedrank.broker"]
-    assert len(rejections) == 3
-    assert "round 3, current round is 0" in rejections[1]
+    assert len(rejections) == len(bad_inputs)
+    for logged, (body, reason) in zip(rejections, bad_inputs.items(), strict=True):
+        assert reason in logged
+        assert f"({len(body)} bytes" in logged
     assert transport.get(names("q"), timeout=0.3) is None  # all acked away
 
 
