@@ -85,6 +85,7 @@ FIRST_BUCKET_WEIGHT = 4
 EMBED, FRAMED_LINK, LINK, TYPED, BOOKMARK = 9, 10, 11, 12, 13
 DOWNLOAD, PERM_REDIRECT, TEMP_REDIRECT, REDIRECT_SOURCE, DEFAULT_BONUS = 14, 15, 16, 17, 18
 UNVISITED_BOOKMARK, UNVISITED_TYPED, RELOAD = 19, 20, 21
+NO_BONUS = 22
 
 #: ``GetFrecencyTransitionBonus(type, visited=true)``: the bonus weight of each transition.
 _BONUS_OF_TRANSITION: dict[int, int] = {
@@ -114,18 +115,18 @@ class Firefox2018Batch:
     scoring does no casting.
     """
 
-    #: Index into the weight vector of each sampled visit's transition bonus.
+    #: Index into the weight vector of each sampled visit's transition bonus; empty slots
+    #: hold ``NO_BONUS``, an index past the weights that reads 0.
     bonus_index: IntArray
     #: ``age_in_days`` of each sampled visit, as Firefox's SQL computed it.
     age_days: FloatArray
-    #: 1.0 where the slot holds a sampled visit.
-    sampled: FloatArray
+    #: 1.0 where the slot holds a sampled visit of a bookmarked page (it earns
+    #: ``bookmarkVisitBonus`` on top of its transition's bonus).
+    bookmarked_visit: FloatArray
     #: ``moz_places.visit_count``.
     visit_count: IntArray
     #: Visits sampled (``numSampledVisits`` in Firefox's code).
     sampled_count: IntArray
-    #: 1.0 for a bookmarked page (``foreign_count > 0``).
-    bookmarked: FloatArray
     #: 1.0 for a page with ``moz_places.typed``.
     typed: FloatArray
     #: No visit sampled, bookmarked, not a ``place:`` query: the unvisited-bookmark rule.
@@ -180,7 +181,7 @@ class Firefox2018Model:
         SQLite integer arithmetic: whole seconds, divisions truncated toward zero.
         """
         count, width = len(pages), self.num_visits
-        bonus_index = np.full((count, width), DEFAULT_BONUS, dtype=np.int64)
+        bonus_index = np.full((count, width), NO_BONUS, dtype=np.int64)
         visit_time_us = np.zeros((count, width), dtype=np.int64)
         sampled = np.zeros((count, width), dtype=np.bool_)
         for row, page in enumerate(pages):
@@ -205,10 +206,9 @@ class Firefox2018Model:
         return Firefox2018Batch(
             bonus_index=bonus_index,
             age_days=age_days.astype(np.float64),
-            sampled=sampled.astype(np.float64),
+            bookmarked_visit=(sampled & bookmarked[:, np.newaxis]).astype(np.float64),
             visit_count=np.array([p.visit_count for p in pages], dtype=np.int64),
             sampled_count=sampled_count,
-            bookmarked=bookmarked.astype(np.float64),
             typed=np.array([p.typed for p in pages], dtype=np.float64),
             unvisited_bookmark=(sampled_count == 0) & bookmarked & ~is_query,
         )
@@ -228,60 +228,68 @@ class Firefox2018Model:
     @staticmethod
     def _visit_bonuses(batch: Firefox2018Batch, weights: FloatArray) -> FloatArray:
         """Bonus of every (weight vector, page, visit), with ``bookmarkVisitBonus`` added to
-        every visit of a bookmarked page."""
-        bonus = weights[:, batch.bonus_index]
-        bonus += weights[:, BOOKMARK, np.newaxis, np.newaxis] * batch.bookmarked[:, np.newaxis]
+        every visit of a bookmarked page; 0 in empty slots."""
+        padded = np.concatenate([weights, np.zeros((weights.shape[0], 1))], axis=1)
+        bonus = padded[:, batch.bonus_index]
+        bonus += weights[:, BOOKMARK, np.newaxis, np.newaxis] * batch.bookmarked_visit
         return np.asarray(bonus, dtype=np.float64)
 
-    def score(self, batch: PageBatch, weights: FloatArray) -> FloatArray:
-        """``visit_count * points / sampled`` without Firefox's two ceilings, ``(W, P)``.
+    def _stored_and_smooth(
+        self, batch: Firefox2018Batch, weights: FloatArray
+    ) -> tuple[FloatArray, FloatArray]:
+        """Firefox's stored value and the same value before its ceilings, both ``(W, P)``.
 
-        A visited page whose points are all zero scores -1 and an unvisited page that is
-        not a bookmark 0, as Firefox stores them, so the order agrees with ``frecency``.
+        The stored value follows ``calculate_frecency`` in its float32 arithmetic:
+        ``points += (float)(weight * (bonus / 100.0))`` newest visit first, then
+        ``ceilf(visit_count * ceilf(points) / sampled)``, -1 when the points are 0; an
+        unvisited bookmark is ``ceilf(weight(bucket 1) * (bonus / 100.0f))``.
+        """
+        per_visit = self._bucket_weights(batch, weights) * (
+            self._visit_bonuses(batch, weights) / 100.0
+        )
+        terms = per_visit.astype(np.float32)
+        # cumsum accumulates left to right in float32, as the C++ loop does.
+        points = np.cumsum(terms, axis=2, dtype=np.float32)[:, :, -1]
+        count = np.maximum(batch.sampled_count, 1)
+        scaled = (batch.visit_count.astype(np.float32) * np.ceil(points)).astype(np.float32)
+        visited = np.ceil((scaled / count.astype(np.float32)).astype(np.float32))
+        visited_stored = np.where(points != 0, visited, np.float32(-1.0))
+        visited_smooth = points.astype(np.float64) * (batch.visit_count / count)
+
+        unvisited_bonus = (
+            weights[:, UNVISITED_BOOKMARK, np.newaxis]
+            + weights[:, UNVISITED_TYPED, np.newaxis] * batch.typed
+        ).astype(np.float32)
+        unvisited_points = (
+            weights[:, FIRST_BUCKET_WEIGHT, np.newaxis].astype(np.float32)
+            * (unvisited_bonus / np.float32(100.0)).astype(np.float32)
+        ).astype(np.float32)
+        unvisited_stored = np.where(batch.unvisited_bookmark, np.ceil(unvisited_points), 0.0)
+        unvisited_smooth = np.where(batch.unvisited_bookmark, unvisited_points, 0.0)
+
+        has_visits = batch.sampled_count > 0
+        stored = np.where(has_visits, visited_stored, unvisited_stored).astype(np.float64)
+        smooth = np.where(has_visits, visited_smooth, unvisited_smooth).astype(np.float64)
+        return stored, smooth
+
+    def score(self, batch: PageBatch, weights: FloatArray) -> FloatArray:
+        """Firefox's stored value plus a tie-break below 1/2, ``(W, P)``.
+
+        The two ceilings make the stored value a step function, so it is refined by
+        ``0.5 * x / (x + stored)`` with ``x = visit_count * points / sampled`` (the value
+        before ceiling): the order of scores is the order of stored values, and any change
+        of the points (a step of 1 in any weight that matters) changes the score.
         """
         batch = _own(batch)
-        matrix = weight_matrix(weights, SPEC.dimension)
-        per_visit = self._bucket_weights(batch, matrix) * self._visit_bonuses(batch, matrix)
-        points = np.einsum("wpk,pk->wp", per_visit, batch.sampled) / 100.0
-        visit_scale = batch.visit_count / np.maximum(batch.sampled_count, 1)
-        visited_score = np.where(points > 0, points * visit_scale, -1.0)
-        unvisited_score = (
-            matrix[:, FIRST_BUCKET_WEIGHT, np.newaxis]
-            * (
-                matrix[:, UNVISITED_BOOKMARK, np.newaxis]
-                + matrix[:, UNVISITED_TYPED, np.newaxis] * batch.typed
-            )
-            * (batch.unvisited_bookmark / 100.0)
-        )
-        return np.asarray(
-            np.where(batch.sampled_count > 0, visited_score, unvisited_score), dtype=np.float64
-        )
+        stored, smooth = self._stored_and_smooth(batch, weight_matrix(weights, SPEC.dimension))
+        positive = stored > 0
+        tie_break = 0.5 * smooth / np.where(positive, smooth + stored, 1.0)
+        return np.asarray(np.where(positive, stored + tie_break, stored), dtype=np.float64)
 
     def frecency(self, batch: PageBatch, weights: FloatArray) -> IntArray:
-        """The integer ``calculate_frecency`` returns, in its float32 arithmetic, ``(P,)``."""
+        """The integer ``calculate_frecency`` returns for each page, ``(P,)``; the weights
+        are rounded to the integer prefs Firefox reads."""
         batch = _own(batch)
         prefs = as_pref_integers(weight_vector(weights, SPEC.dimension))
-        matrix = prefs[np.newaxis, :].astype(np.float64)
-        bucket_weight = self._bucket_weights(batch, matrix)[0]
-        bonus = self._visit_bonuses(batch, matrix)[0]
-        sampled = batch.sampled > 0
-        # pointsForSampledVisits += (float)(weight * (bonus / 100.0)), newest visit first.
-        points = np.zeros(len(batch), dtype=np.float32)
-        for column in range(sampled.shape[1]):
-            term = (bucket_weight[:, column] * (bonus[:, column] / 100.0)).astype(np.float32)
-            points = np.where(sampled[:, column], points + term, points).astype(np.float32)
-        # (int32_t)ceilf(visitCount * ceilf(points) / numSampledVisits), in float.
-        estimate = (batch.visit_count.astype(np.float32) * np.ceil(points)).astype(np.float32)
-        estimate = (estimate / np.maximum(batch.sampled_count, 1).astype(np.float32)).astype(
-            np.float32
-        )
-        visited_value = np.where(points != 0, np.ceil(estimate), -1.0)
-        # Unvisited bookmark: ceilf(weight(bucket 1) * (bonus / 100.0f)), bonus an int sum.
-        unvisited_bonus = prefs[UNVISITED_BOOKMARK] + prefs[UNVISITED_TYPED] * (batch.typed > 0)
-        unvisited_points = (
-            np.float32(prefs[FIRST_BUCKET_WEIGHT])
-            * (unvisited_bonus.astype(np.float32) / np.float32(100.0)).astype(np.float32)
-        ).astype(np.float32)
-        unvisited_value = np.where(batch.unvisited_bookmark, np.ceil(unvisited_points), 0.0)
-        value = np.where(batch.sampled_count > 0, visited_value, unvisited_value)
-        return np.asarray(np.trunc(value), dtype=np.int64)
+        stored, _ = self._stored_and_smooth(batch, prefs[np.newaxis, :].astype(np.float64))
+        return np.asarray(stored[0], dtype=np.int64)
