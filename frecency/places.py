@@ -250,35 +250,32 @@ def _read(connection: sqlite3.Connection) -> PlacesHistory:
 
 
 def _read_visits(connection: sqlite3.Connection) -> tuple[dict[int, list[Visit]], int]:
-    """Visits per place id, newest first, with their redirect relations resolved."""
-    known_types = {int(t) for t in Transition}
-    known_sources = {int(s) for s in VisitSource}
+    """Visits per place id, newest first, with their redirect relations resolved as
+    ``calculate_frecency`` joins them (``from_visit`` of a redirect-typed visit)."""
+    transitions = {int(t): t for t in Transition}
+    sources = {int(s): s for s in VisitSource}
+    rows = connection.execute(
+        """SELECT id, place_id, visit_date, visit_type, source, from_visit
+           FROM moz_historyvisits ORDER BY place_id, visit_date DESC, id DESC"""
+    ).fetchall()
+    type_of = {row[0]: row[3] for row in rows}
+    redirect_sources = {row[5] for row in rows if row[3] in REDIRECT_TYPES and row[5]}
     visits: dict[int, list[Visit]] = defaultdict(list)
     skipped = 0
-    rows = connection.execute(
-        f"""SELECT v.place_id, v.visit_date, v.visit_type, v.source,
-                  EXISTS (SELECT 1 FROM moz_historyvisits t
-                          WHERE t.from_visit = v.id AND t.visit_type IN {REDIRECT_TYPES}),
-                  CASE WHEN v.visit_type IN {REDIRECT_TYPES} THEN
-                      (SELECT s.visit_type FROM moz_historyvisits s WHERE s.id = v.from_visit)
-                  END
-           FROM moz_historyvisits v
-           ORDER BY v.place_id, v.visit_date DESC, v.id DESC"""
-    )
-    for place_id, date, visit_type, source, is_redirect_source, origin_type in rows:
-        if visit_type not in known_types or (
-            origin_type is not None and origin_type not in known_types
-        ):
+    for visit_id, place_id, date, visit_type, source, from_visit in rows:
+        origin_type = type_of.get(from_visit) if visit_type in REDIRECT_TYPES else None
+        transition = transitions.get(visit_type)
+        origin = transitions.get(origin_type) if origin_type is not None else None
+        if transition is None or (origin_type is not None and origin is None):
             skipped += 1
             continue
-        source = int(source or 0)
         visits[place_id].append(
             Visit(
                 time_us=int(date),
-                transition=Transition(visit_type),
-                source=VisitSource(source) if source in known_sources else VisitSource.ORGANIC,
-                redirect_source=bool(is_redirect_source),
-                redirect_from=Transition(origin_type) if origin_type is not None else None,
+                transition=transition,
+                source=sources.get(source, VisitSource.ORGANIC),
+                redirect_source=visit_id in redirect_sources,
+                redirect_from=origin,
             )
         )
     return visits, skipped
