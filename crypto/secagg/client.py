@@ -38,6 +38,7 @@ from crypto.secagg.messages import (
     MaskedInput,
     MaskedInputRequest,
     RevealedShare,
+    RosterEntry,
     ServerMessage,
     ShareKeysRequest,
     ShareKind,
@@ -179,17 +180,8 @@ class SecAggClient:
                 f"roster of {len(roster)} < t={self.parameters.threshold}",
             )
         for entry in roster:
-            identity = self._directory.get(entry.member)
-            if identity is None:
+            if entry.member not in self._directory:
                 raise _refuse(Refusal.UNKNOWN_MEMBER, f"member {entry.member}")
-            payload = transcript.advert_payload(
-                self.parameters.round,
-                entry.member,
-                entry.cipher_public_key,
-                entry.mask_public_key,
-            )
-            if not primitives.verify(identity, entry.signature, payload):
-                raise _refuse(Refusal.BAD_SIGNATURE, f"advert of member {entry.member}")
             self._roster_keys[entry.member] = (entry.cipher_public_key, entry.mask_public_key)
         own = (
             primitives.public_agreement_key(self._cipher_key),
@@ -202,6 +194,11 @@ class SecAggClient:
             raise _refuse(Refusal.WRONG_SESSION, "session id does not hash the roster")
         self._session = session
         graph = build_graph(self.parameters, tuple(sorted(members)), session)
+        # only the keys of neighbours are used, so only theirs need verifying (SecAgg+:
+        # O(log n) signatures per member; the full graph verifies everyone)
+        for entry in roster:
+            if entry.member in graph.neighbours(self.member):
+                self._verify_advert(entry)
         self._graph = graph
         holders = graph.share_holders(self.member)
         shares = shamir.split([self._mask_key, self._seed], graph.threshold, holders, self._random)
@@ -228,6 +225,13 @@ class SecAggClient:
             encrypted.append(EncryptedShare(self.member, holder, ciphertext))
         self.phase = ClientPhase.SHARED
         return EncryptedShares(self.parameters.round, session, self.member, tuple(encrypted))
+
+    def _verify_advert(self, entry: RosterEntry) -> None:
+        payload = transcript.advert_payload(
+            self.parameters.round, entry.member, entry.cipher_public_key, entry.mask_public_key
+        )
+        if not primitives.verify(self._directory[entry.member], entry.signature, payload):
+            raise _refuse(Refusal.BAD_SIGNATURE, f"advert of member {entry.member}")
 
     def _masked_input(self, message: MaskedInputRequest) -> MaskedInput:
         graph = self._require_graph()

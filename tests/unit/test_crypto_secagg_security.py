@@ -29,6 +29,7 @@ from crypto.secagg import (
     UnmaskResponse,
     build_cohort,
     drive,
+    transcript,
 )
 from crypto.secagg.simulate import InProcessCohort
 
@@ -76,7 +77,9 @@ def test_forged_roster_signature_is_refused() -> None:
                 ),
             )
             roster = (*message.roster[:2], forged, *message.roster[3:])
-            return dataclasses.replace(message, roster=roster)
+            # a consistent liar: the session id hashes the forged roster
+            session = transcript.session_id(group.parameters, roster)
+            return dataclasses.replace(message, roster=roster, session_id=session)
         return message
 
     group = cohort()

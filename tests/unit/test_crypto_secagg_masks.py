@@ -1,0 +1,120 @@
+"""Masks are uniform over Z_{2^32} and bound to their purpose, session, round and pair;
+the SecAgg+ neighbour graph is k-regular, symmetric and agreed from the session id
+(DESIGN.md s. 6; Bonawitz et al. 2017 s. 4; Bell et al. 2020 s. 3)."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from crypto.hazmat import primitives
+from crypto.secagg import (
+    LocalProtocolError,
+    MaskedInput,
+    RoundParameters,
+    build_cohort,
+    build_graph,
+    default_degree,
+    drive,
+    transcript,
+)
+
+SAMPLE = 1 << 18  # words per uniformity test
+
+
+def assert_uniform_words(words: np.ndarray) -> None:
+    """Chi-square over 256 bins of each byte lane of 32-bit words: uniform at 1e-4."""
+    assert words.dtype == np.uint32
+    for shift in (0, 8, 16, 24):
+        counts = np.bincount((words >> shift) & 0xFF, minlength=256)
+        assert stats.chisquare(counts).pvalue > 1e-4, f"byte lane {shift // 8}"
+
+
+def test_pairwise_and_self_masks_are_uniform() -> None:
+    session = os.urandom(32)
+    secret = os.urandom(32)
+    assert_uniform_words(transcript.pairwise_mask(secret, session, 1, 3, 9, SAMPLE))
+    assert_uniform_words(transcript.self_mask(os.urandom(32), session, 1, SAMPLE))
+
+
+def test_a_masked_input_is_uniform_whatever_the_input() -> None:
+    # all-zero inputs: what the server sees of one member is its total mask
+    length = SAMPLE // 4
+    inputs = {m: np.zeros(length, dtype=np.uint32) for m in (1, 2, 3)}
+    group = build_cohort(inputs, RoundParameters(round=0, threshold=2, vector_length=length))
+    seen: list[MaskedInput] = []
+    receive = group.server.receive
+
+    def spy(message: object, now: float) -> object:
+        if isinstance(message, MaskedInput):
+            seen.append(message)
+        return receive(message, now)  # type: ignore[arg-type]
+
+    group.server.receive = spy  # type: ignore[assignment,method-assign]
+    drive(group)
+    assert len(seen) == 3
+    for message in seen:
+        assert_uniform_words(message.masked)
+
+
+def test_pairwise_mask_is_symmetric_and_bound_to_session_round_and_pair() -> None:
+    session, secret = os.urandom(32), os.urandom(32)
+    mask = transcript.pairwise_mask(secret, session, 1, 3, 9, 16)
+    assert np.array_equal(mask, transcript.pairwise_mask(secret, session, 1, 9, 3, 16))
+    for other in [
+        transcript.pairwise_mask(secret, os.urandom(32), 1, 3, 9, 16),
+        transcript.pairwise_mask(secret, session, 2, 3, 9, 16),
+        transcript.pairwise_mask(secret, session, 1, 3, 8, 16),
+        transcript.self_mask(secret, session, 1, 16),
+    ]:
+        assert not np.array_equal(mask, other)
+
+
+def test_share_keys_differ_by_direction() -> None:
+    session, secret = os.urandom(32), os.urandom(32)
+    forward = transcript.share_encryption_key(secret, session, 1, 3, 9)
+    assert forward != transcript.share_encryption_key(secret, session, 1, 9, 3)
+    assert len(forward) == primitives.KEY_SIZE
+
+
+@pytest.mark.parametrize("members", [17, 40, 200])
+def test_secagg_plus_graph_is_regular_symmetric_and_agreed(members: int) -> None:
+    parameters = RoundParameters(round=0, threshold=members // 2, vector_length=1, secagg_plus=True)
+    ids = tuple(range(5, 5 + members))
+    session = os.urandom(32)
+    graph = build_graph(parameters, ids, session)
+    degree = default_degree(members)
+    assert degree % 2 == 0 and degree < members - 1
+    for member in ids:
+        neighbours = graph.neighbours(member)
+        assert len(neighbours) == degree and member not in neighbours
+        assert all(member in graph.neighbours(peer) for peer in neighbours)
+    again = build_graph(parameters, ids, session)
+    assert again.neighbourhoods == graph.neighbourhoods
+    other = build_graph(parameters, ids, os.urandom(32))
+    assert other.neighbourhoods != graph.neighbourhoods
+    assert 1 <= graph.threshold <= degree + 1
+
+
+def test_graph_falls_back_to_complete_when_the_degree_covers_everyone() -> None:
+    parameters = RoundParameters(round=0, threshold=3, vector_length=1, secagg_plus=True)
+    graph = build_graph(parameters, (1, 2, 3, 4, 5), os.urandom(32))
+    assert graph.complete and graph.threshold == 3
+
+
+def test_default_degree_grows_as_twice_log2() -> None:
+    assert [default_degree(n) for n in (2, 100, 1000, 10_000)] == [2, 14, 20, 28]
+
+
+def test_parameters_and_inputs_are_validated() -> None:
+    with pytest.raises(LocalProtocolError):
+        RoundParameters(round=0, threshold=0, vector_length=1)
+    with pytest.raises(LocalProtocolError):
+        RoundParameters(round=0, threshold=1, vector_length=1, degree=1)
+    with pytest.raises(LocalProtocolError):
+        build_cohort({1: np.zeros(3, dtype=np.int64)}, RoundParameters(0, 1, 3))
+    with pytest.raises(LocalProtocolError):
+        build_cohort({0: np.zeros(3, dtype=np.uint32)}, RoundParameters(0, 1, 3))
