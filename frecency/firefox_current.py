@@ -8,9 +8,11 @@ framed links or reloads, plus "virtual visits" from interesting page views of
 ``moz_places_metadata``; each sample weighs by its kind; the stored value is
 ``ref_day + trunc(ln(score) / lambda)``. Every rule and its source is in docs/frecency.md.
 
-Trained: ``halfLifeDays`` and the four kind weights. ``numSampledVisits`` and the
-interaction thresholds stay fixed model settings: they decide which samples exist (the
-encoded shape), not how they are weighed.
+Trained: ``halfLifeDays`` and the four kind weights, each at least 1 (a page's score is
+then at least its newest sample's weight, so ``ln(score) >= 0``: the stored day never
+precedes that sample, and the learning score's order is exactly the stored order).
+``numSampledVisits`` and the interaction thresholds stay fixed model settings: they decide
+which samples exist (the encoded shape), not how they are weighed.
 """
 
 from __future__ import annotations
@@ -46,10 +48,10 @@ SPEC = ModelSpec(
     ),
     params=(
         Param("halfLifeDays", _PREF_PREFIX + "halfLifeDays", 30.0, integer=False, lower=1.0),
-        Param("veryHighWeight", _PREF_PREFIX + "veryHighWeight", 200.0),
-        Param("highWeight", _PREF_PREFIX + "highWeight", 100.0),
-        Param("mediumWeight", _PREF_PREFIX + "mediumWeight", 50.0),
-        Param("lowWeight", _PREF_PREFIX + "lowWeight", 20.0),
+        Param("veryHighWeight", _PREF_PREFIX + "veryHighWeight", 200.0, lower=1.0),
+        Param("highWeight", _PREF_PREFIX + "highWeight", 100.0, lower=1.0),
+        Param("mediumWeight", _PREF_PREFIX + "mediumWeight", 50.0, lower=1.0),
+        Param("lowWeight", _PREF_PREFIX + "lowWeight", 20.0, lower=1.0),
     ),
     non_increasing=((1, 2, 3, 4),),
 )
