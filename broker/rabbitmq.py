@@ -1,7 +1,9 @@
 """The RabbitMQ transport over pika (DESIGN.md sections 5 and 7); the ONLY module that
 imports pika.
 
-- One ``pika.BlockingConnection`` per transport, one transport per thread (checked).
+- One ``pika.BlockingConnection`` per transport, one transport per thread (checked),
+  with two channels: one publishes and declares, one consumes and acks, so that a
+  refused publish (which closes its channel) leaves unacked deliveries valid.
 - Publisher confirms (``confirm_delivery``), ``mandatory=True``, persistent messages
   (delivery mode 2; every queue of the topology is durable), ``user_id`` set to the login
   so the broker vouches for the sender.
@@ -121,11 +123,14 @@ class RabbitMQTransport(Transport):
         self._buffers: dict[str, collections.deque[Delivery]] = {}
         self._generation = 0
         self._connection: Any = None
-        self._channel: Any = None
+        self._publisher: Any = None  # confirm mode; publishes and declarations
+        self._consumer: Any = None  # qos, consumers, acks
         self._closed = False
         self._connect_with_backoff()
 
     # -- connection management -------------------------------------------------------
+    # Two channels, so that a publish or declaration the broker refuses (which closes
+    # its channel) does not void the unacked deliveries of the consuming channel.
 
     def _parameters(self) -> Any:
         s = self.settings
@@ -153,18 +158,39 @@ class RabbitMQTransport(Transport):
             if exc.reply_code in (403, 530):
                 raise AccessRefused(f"connection refused: {exc!r}") from exc
             raise
-        self._open_channel()
+        self._open_channels()
 
-    def _open_channel(self) -> None:
-        self._generation += 1
-        self._buffers = {queue: collections.deque() for queue in self._consuming}
-        self._channel = self._connection.channel()
-        self._channel.confirm_delivery()
-        self._channel.basic_qos(prefetch_count=self.settings.prefetch)
+    def _open_publisher(self) -> None:
+        """Open the publishing channel and replay every declaration made so far."""
+        self._publisher = self._connection.channel()
+        self._publisher.confirm_delivery()
         for declaration in self._declared:
             self._apply(declaration)
+
+    def _open_consumer(self) -> None:
+        """Open the consuming channel and restart consumers; older deliveries go stale."""
+        self._generation += 1
+        self._buffers = {queue: collections.deque() for queue in self._consuming}
+        self._consumer = self._connection.channel()
+        self._consumer.basic_qos(prefetch_count=self.settings.prefetch)
         for queue in self._consuming:
             self._start_consumer(queue)
+
+    def _open_channels(self) -> None:
+        try:
+            if self._publisher is None or not self._publisher.is_open:
+                self._open_publisher()
+            if self._consumer is None or not self._consumer.is_open:
+                self._open_consumer()
+        except pe.ChannelClosedByBroker as exc:
+            self._forget_closed_channels()
+            raise _translate_closed(exc.reply_code, exc.reply_text) from exc
+
+    def _forget_closed_channels(self) -> None:
+        if self._publisher is not None and not self._publisher.is_open:
+            self._publisher = None
+        if self._consumer is not None and not self._consumer.is_open:
+            self._consumer = None
 
     def _connect_with_backoff(self) -> None:
         delay = self.settings.reconnect_initial_delay
@@ -195,7 +221,8 @@ class RabbitMQTransport(Transport):
         )
 
     def _drop_connection(self) -> None:
-        connection, self._connection, self._channel = self._connection, None, None
+        connection, self._connection = self._connection, None
+        self._publisher = self._consumer = None
         if connection is not None and connection.is_open:
             try:
                 connection.close()
@@ -209,22 +236,22 @@ class RabbitMQTransport(Transport):
             raise BrokerUnavailable("transport is closed")
 
     def _run(self, operation: Callable[[], T], *, retry: bool = True) -> T | None:
-        """Run ``operation`` on a live channel, translating pika errors; on a lost
+        """Run ``operation`` on live channels, translating pika errors; on a lost
         connection, reconnect (replaying topology) and retry it if ``retry``."""
         self._check()
         for _ in range(2):
-            if self._connection is None or not self._connection.is_open:
-                self._connect_with_backoff()
-            elif self._channel is None or not self._channel.is_open:
-                self._open_channel_translated()
             try:
+                if self._connection is None or not self._connection.is_open:
+                    self._connect_with_backoff()
+                else:
+                    self._open_channels()
                 return operation()
             except pe.UnroutableError as exc:
                 raise PublishRejected(f"unroutable (mandatory): {exc!r}") from exc
             except pe.NackError as exc:
                 raise PublishRejected(f"nacked by the broker: {exc!r}") from exc
             except pe.ChannelClosedByBroker as exc:
-                self._channel = None
+                self._forget_closed_channels()
                 raise _translate_closed(exc.reply_code, exc.reply_text) from exc
             except pe.ConnectionClosedByBroker as exc:
                 self._drop_connection()
@@ -239,17 +266,10 @@ class RabbitMQTransport(Transport):
                 return None
         raise BrokerUnavailable("connection lost again right after reconnecting")
 
-    def _open_channel_translated(self) -> None:
-        try:
-            self._open_channel()
-        except pe.ChannelClosedByBroker as exc:
-            self._channel = None
-            raise _translate_closed(exc.reply_code, exc.reply_text) from exc
-
     # -- declarations -----------------------------------------------------------------
 
     def _apply(self, declaration: _Declaration) -> None:
-        channel = self._channel
+        channel = self._publisher
         if isinstance(declaration, ExchangeSpec):
             channel.exchange_declare(
                 exchange=declaration.name,
@@ -292,7 +312,7 @@ class RabbitMQTransport(Transport):
             user_id=self.settings.username,
         )
         self._run(
-            lambda: self._channel.basic_publish(
+            lambda: self._publisher.basic_publish(
                 exchange=exchange,
                 routing_key=routing_key,
                 body=body,
@@ -319,7 +339,7 @@ class RabbitMQTransport(Transport):
                 )
             )
 
-        self._channel.basic_consume(queue=queue, on_message_callback=on_message, auto_ack=False)
+        self._consumer.basic_consume(queue=queue, on_message_callback=on_message, auto_ack=False)
 
     def _ensure_consuming(self, queue: str) -> None:
         if queue in self._consuming:
@@ -339,27 +359,31 @@ class RabbitMQTransport(Transport):
             if remaining <= 0 and not self._buffers.get(queue):
                 return None
 
-    def _settle(self, delivery: Delivery, action: Callable[[], None], what: str) -> None:
-        self._check()
-        if delivery.generation != self._generation:
-            logger.info(
-                "%s of a delivery from a lost connection skipped (queue %s): the broker "
-                "redelivers it",
-                what,
-                delivery.queue,
-            )
-            return
-        self._run(action, retry=False)
+    def _settle(self, delivery: Delivery, requeue: bool | None) -> None:
+        """Ack (``requeue`` None) or nack a delivery, unless its channel is gone."""
+
+        def settle() -> None:
+            # checked after _run reopened what was closed: a delivery of an older
+            # consuming channel cannot be settled; the broker redelivers it
+            if delivery.generation != self._generation:
+                logger.info(
+                    "%s of a delivery from a closed channel skipped (queue %s): the broker "
+                    "redelivers it",
+                    "ack" if requeue is None else "reject",
+                    delivery.queue,
+                )
+            elif requeue is None:
+                self._consumer.basic_ack(delivery.tag)
+            else:
+                self._consumer.basic_nack(delivery.tag, requeue=requeue)
+
+        self._run(settle, retry=False)
 
     def ack(self, delivery: Delivery) -> None:
-        self._settle(delivery, lambda: self._channel.basic_ack(delivery.tag), "ack")
+        self._settle(delivery, None)
 
     def reject(self, delivery: Delivery, *, requeue: bool) -> None:
-        self._settle(
-            delivery,
-            lambda: self._channel.basic_nack(delivery.tag, requeue=requeue),
-            "reject",
-        )
+        self._settle(delivery, requeue)
 
     # -- liveness ---------------------------------------------------------------------
 

@@ -183,6 +183,21 @@ def test_unacked_message_is_redelivered_after_the_consumer_closes(connect: Conne
     assert second.get(names("q"), timeout=0.2) is None
 
 
+def test_a_refused_publish_leaves_unacked_deliveries_valid(connect: Connect, names) -> None:
+    transport = connect()
+    exchange = ExchangeSpec(names("x"), "direct")
+    _queue_with_binding(transport, exchange, names("q"), "k")
+    transport.publish(exchange.name, "k", _request("p"))
+    held = _get(transport, names("q"))
+    with pytest.raises(NotFound):
+        transport.publish(names("missing"), "k", _request("p"))
+    with pytest.raises(PublishRejected):
+        transport.publish(exchange.name, "nobody", _request("p"))
+    transport.ack(held)
+    transport.close()
+    assert connect().get(names("q"), timeout=0.3) is None  # acked, not redelivered
+
+
 def test_reject_requeues_or_drops(connect: Connect, names) -> None:
     transport = connect()
     exchange = ExchangeSpec(names("x"), "direct")
