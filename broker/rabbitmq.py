@@ -215,6 +215,9 @@ class RabbitMQTransport(Transport):
                 if attempt < self.settings.reconnect_attempts:
                     time.sleep(delay * _jitter.uniform(0.5, 1.0))
                     delay = min(delay * 2, self.settings.reconnect_max_delay)
+            except pe.AMQPError as exc:
+                self._drop_connection()
+                raise BrokerError(f"cannot set up the broker connection: {exc!r}") from exc
         raise BrokerUnavailable(
             f"no broker at {self.settings.host}:{self.settings.port} vhost "
             f"{self.settings.vhost!r} after {self.settings.reconnect_attempts} attempts: {last!r}"
@@ -261,6 +264,9 @@ class RabbitMQTransport(Transport):
             except _CONNECTION_LOST as exc:
                 self._drop_connection()
                 logger.warning("broker connection lost: %r; reconnecting", exc)
+            except pe.AMQPError as exc:  # anything else pika raises stays behind this edge
+                self._forget_closed_channels()
+                raise BrokerError(f"broker operation failed: {exc!r}") from exc
             if not retry:
                 self._connect_with_backoff()
                 return None
