@@ -175,16 +175,20 @@ class HistoryText:
             code = _ascii(token.lower())
             wanted[row, : code.size] = code
             lengths[row] = code.size
+        # Only boundaries starting with some token's first letter can match at all.
+        rows = np.flatnonzero(np.isin(self._first_code, wanted[:, 0]))
+        if rows.size == 0:
+            return best
         offsets = np.arange(width, dtype=np.int64)
         window = self._codes[
-            np.minimum(self._starts[:, np.newaxis] + offsets, self._codes.size - 1)
+            np.minimum(self._starts[rows, np.newaxis] + offsets, self._codes.size - 1)
         ]
         equal = window[np.newaxis, :, :] == wanted[:, np.newaxis, :]
         closed = np.concatenate(
-            (equal, np.zeros((len(tokens), self._starts.size, 1), dtype=np.bool_)), axis=2
+            (equal, np.zeros((len(tokens), rows.size, 1), dtype=np.bool_)), axis=2
         )
         length = np.minimum(closed.argmin(axis=2), lengths[:, np.newaxis])
-        pages = self._page_of_start
+        pages = self._page_of_start[rows]
         first = np.concatenate(([0], np.flatnonzero(pages[1:] != pages[:-1]) + 1))
         best[:, pages[first]] = np.maximum.reduceat(length, first, axis=1)
         return best
