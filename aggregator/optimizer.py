@@ -54,6 +54,9 @@ class RpropConfig:
     floor_units: float = 1.0
     #: direction is 0 where |v_k| / voters is below this (0.0: plain sign, as deployed)
     min_agreement: float = 0.0
+    #: poisoning bound widened to [-(n + slack), n + slack] when the sum carries central-DP
+    #: noise (set it to a high-probability bound of that noise); 0: the exact bound
+    noise_slack: int = 0
 
     def __post_init__(self) -> None:
         if self.mode not in ("relative", "deployed"):
@@ -66,6 +69,8 @@ class RpropConfig:
             raise ValueError("floor_units must be finite and >= 0")
         if not 0.0 <= self.min_agreement <= 1.0:
             raise ValueError("min_agreement must be in [0, 1]")
+        if self.noise_slack < 0:
+            raise ValueError("noise_slack must be >= 0")
 
     @classmethod
     def deployed(cls) -> RpropConfig:
@@ -190,7 +195,7 @@ def apply_votes(
     Rejected (state unchanged) if the votes break the poisoning bound, if the state does not
     fit the spec, or if the current weights already break a safeguard.
     """
-    problem = vote_total_problem(spec, vote_total, voters)
+    problem = vote_total_problem(spec, vote_total, voters, config.noise_slack)
     if problem is not None:
         return StepRejected(problem)
     d = spec.dimension

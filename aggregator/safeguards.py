@@ -44,14 +44,21 @@ TOLERANCE = 1e-9
 
 
 def vote_total_problem(
-    spec: ModelSpec, vote_total: Sequence[int] | IntArray, voters: int
+    spec: ModelSpec, vote_total: Sequence[int] | IntArray, voters: int, slack: int = 0
 ) -> str | None:
     """Why ``vote_total`` from ``voters`` participants cannot come from honest votes, or
-    ``None`` when it can. The reason names the exact coordinate and value."""
+    ``None`` when it can. The reason names the exact coordinate and value.
+
+    ``slack`` widens the bound to ``[-(n + slack), n + slack]`` for a sum that carries
+    central-DP noise (a high-probability bound on the noise); 0 is the exact bound.
+    """
     if isinstance(voters, bool) or not isinstance(voters, int | np.integer):
         return f"voters must be an integer, got {voters!r}"
     if voters < 1:
         return f"voters = {voters}: a step needs at least 1 voter"
+    if slack < 0:
+        return f"slack = {slack}: must be nonnegative"
+    limit = int(voters) + int(slack)
     totals = np.asarray(vote_total)
     if totals.ndim != 1 or totals.shape[0] != spec.dimension:
         return (
@@ -68,10 +75,10 @@ def vote_total_problem(
                     "not an integer"
                 )
     for k, value in enumerate(totals.tolist()):
-        if abs(value) > voters:
+        if abs(value) > limit:
             return (
                 f"vote total for coordinate {k} ({spec.params[k].name}) is {int(value)}, "
-                f"outside [-{voters}, {voters}] for {voters} voters (poisoning bound)"
+                f"outside [-{limit}, {limit}] for {voters} voters (poisoning bound)"
             )
     return None
 

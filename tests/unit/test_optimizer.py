@@ -328,3 +328,12 @@ def test_invalid_configs_are_refused() -> None:
         RpropConfig(mode="deployed", initial_step=5.0, min_step=1.0, max_step=3.0)
     with pytest.raises(ValueError):
         RpropConfig(mode="deployed", initial_step=2.0, decrease=1.5)
+
+
+def test_noise_slack_widens_the_poisoning_bound_for_noisy_sums() -> None:
+    noisy = RpropConfig(mode="deployed", initial_step=2.0, noise_slack=5)
+    state = initial_state(SPEC, noisy)
+    assert isinstance(apply_votes(SPEC, noisy, state, votes(typedVisitBonus=-15), 10), StepApplied)
+    beyond = apply_votes(SPEC, noisy, state, votes(typedVisitBonus=-16), 10)
+    assert isinstance(beyond, StepRejected)
+    assert "is -16, outside [-15, 15] for 10 voters" in beyond.reason
