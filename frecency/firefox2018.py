@@ -19,6 +19,7 @@ from dataclasses import dataclass, fields
 from typing import Self
 
 import numpy as np
+from numpy.typing import NDArray
 
 from frecency._arrays import (
     BoolArray,
@@ -111,8 +112,8 @@ _SECONDS_PER_DAY = 86_400
 class Firefox2018Batch:
     """Encoded pages: ``(P, K)`` arrays for the K sampled visits, ``(P,)`` per page.
 
-    Masks and flags are stored as 0.0/1.0 floats and ages as floats (whole days), so that
-    scoring does no casting.
+    Flags are 0.0/1.0 floats, ages whole days as floats, and the per-page factors of the
+    final formula are precomputed in the types Firefox uses, so scoring does no casting.
     """
 
     #: Index into the weight vector of each sampled visit's transition bonus; empty slots
@@ -131,6 +132,39 @@ class Firefox2018Batch:
     typed: FloatArray
     #: No visit sampled, bookmarked, not a ``place:`` query: the unvisited-bookmark rule.
     unvisited_bookmark: BoolArray
+    #: ``visit_count`` and ``max(sampled_count, 1)`` as C's int-to-float conversions.
+    visit_count_f32: NDArray[np.float32]
+    divisor_f32: NDArray[np.float32]
+    #: ``visit_count / max(sampled_count, 1)``, for the value before ceilings.
+    visit_scale: FloatArray
+    #: Stored value when the points are 0: -1 with sampled visits, else 0.
+    no_points_value: NDArray[np.float32]
+
+    @classmethod
+    def build(
+        cls,
+        bonus_index: IntArray,
+        age_days: FloatArray,
+        bookmarked_visit: FloatArray,
+        visit_count: IntArray,
+        sampled_count: IntArray,
+        typed: FloatArray,
+        unvisited_bookmark: BoolArray,
+    ) -> Firefox2018Batch:
+        divisor = np.maximum(sampled_count, 1)
+        return cls(
+            bonus_index=bonus_index,
+            age_days=age_days,
+            bookmarked_visit=bookmarked_visit,
+            visit_count=visit_count,
+            sampled_count=sampled_count,
+            typed=typed,
+            unvisited_bookmark=unvisited_bookmark,
+            visit_count_f32=visit_count.astype(np.float32),
+            divisor_f32=divisor.astype(np.float32),
+            visit_scale=visit_count / divisor,
+            no_points_value=np.where(sampled_count > 0, -1.0, 0.0).astype(np.float32),
+        )
 
     def __len__(self) -> int:
         return int(self.visit_count.shape[0])
@@ -203,7 +237,7 @@ class Firefox2018Model:
         bookmarked = np.array([p.bookmarked for p in pages], dtype=np.bool_)
         is_query = np.array([p.url.startswith("place:") for p in pages], dtype=np.bool_)
         sampled_count = sampled.sum(axis=1).astype(np.int64)
-        return Firefox2018Batch(
+        return Firefox2018Batch.build(
             bonus_index=bonus_index,
             age_days=age_days.astype(np.float64),
             bookmarked_visit=(sampled & bookmarked[:, np.newaxis]).astype(np.float64),
@@ -247,29 +281,20 @@ class Firefox2018Model:
         per_visit = self._bucket_weights(batch, weights) * (
             self._visit_bonuses(batch, weights) / 100.0
         )
-        terms = per_visit.astype(np.float32)
         # cumsum accumulates left to right in float32, as the C++ loop does.
-        points = np.cumsum(terms, axis=2, dtype=np.float32)[:, :, -1]
-        count = np.maximum(batch.sampled_count, 1)
-        scaled = (batch.visit_count.astype(np.float32) * np.ceil(points)).astype(np.float32)
-        visited = np.ceil((scaled / count.astype(np.float32)).astype(np.float32))
-        visited_stored = np.where(points != 0, visited, np.float32(-1.0))
-        visited_smooth = points.astype(np.float64) * (batch.visit_count / count)
-
-        unvisited_bonus = (
-            weights[:, UNVISITED_BOOKMARK, np.newaxis]
-            + weights[:, UNVISITED_TYPED, np.newaxis] * batch.typed
-        ).astype(np.float32)
-        unvisited_points = (
-            weights[:, FIRST_BUCKET_WEIGHT, np.newaxis].astype(np.float32)
-            * (unvisited_bonus / np.float32(100.0)).astype(np.float32)
-        ).astype(np.float32)
-        unvisited_stored = np.where(batch.unvisited_bookmark, np.ceil(unvisited_points), 0.0)
-        unvisited_smooth = np.where(batch.unvisited_bookmark, unvisited_points, 0.0)
-
-        has_visits = batch.sampled_count > 0
-        stored = np.where(has_visits, visited_stored, unvisited_stored).astype(np.float64)
-        smooth = np.where(has_visits, visited_smooth, unvisited_smooth).astype(np.float64)
+        points = np.cumsum(per_visit.astype(np.float32), axis=2)[:, :, -1]
+        estimate = np.ceil(batch.visit_count_f32 * np.ceil(points) / batch.divisor_f32)
+        stored = np.where(points != 0, estimate, batch.no_points_value).astype(np.float64)
+        smooth = points * batch.visit_scale
+        if batch.unvisited_bookmark.any():
+            bonus = (
+                weights[:, UNVISITED_BOOKMARK, np.newaxis]
+                + weights[:, UNVISITED_TYPED, np.newaxis] * batch.typed
+            ).astype(np.float32)
+            first_bucket = weights[:, FIRST_BUCKET_WEIGHT, np.newaxis].astype(np.float32)
+            unvisited = first_bucket * (bonus / np.float32(100.0))
+            stored = np.where(batch.unvisited_bookmark, np.ceil(unvisited), stored)
+            smooth = np.where(batch.unvisited_bookmark, unvisited, smooth)
         return stored, smooth
 
     def score(self, batch: PageBatch, weights: FloatArray) -> FloatArray:
