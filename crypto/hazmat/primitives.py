@@ -93,16 +93,24 @@ def load_agreement_key(private_key: bytes) -> X25519PrivateKey:
     return X25519PrivateKey.from_private_bytes(private_key)
 
 
-def exchange(private_key: bytes | X25519PrivateKey, peer_public_key: bytes) -> bytes:
+def load_agreement_public_key(public_key: bytes) -> X25519PublicKey:
+    """The X25519 public key object of ``public_key``, to ``exchange`` with many times."""
+    _check_key(public_key, "X25519 public key")
+    return X25519PublicKey.from_public_bytes(public_key)
+
+
+def exchange(
+    private_key: bytes | X25519PrivateKey, peer_public_key: bytes | X25519PublicKey
+) -> bytes:
     """X25519(private_key, peer_public_key): the raw 32-byte shared secret.
 
     Raises ``ValueError`` on a malformed or low-order peer key (all-zero output).
     """
     if isinstance(private_key, bytes):
-        _check_key(private_key, "X25519 private key")
-        private_key = X25519PrivateKey.from_private_bytes(private_key)
-    _check_key(peer_public_key, "X25519 public key")
-    return private_key.exchange(X25519PublicKey.from_public_bytes(peer_public_key))
+        private_key = load_agreement_key(private_key)
+    if isinstance(peer_public_key, bytes):
+        peer_public_key = load_agreement_public_key(peer_public_key)
+    return private_key.exchange(peer_public_key)
 
 
 # --- HKDF -------------------------------------------------------------------------------

@@ -13,11 +13,13 @@
 from __future__ import annotations
 
 import hashlib
+import struct
+from functools import lru_cache
 
 import numpy as np
 from numpy.typing import NDArray
 
-from crypto.hazmat.primitives import derive, encode_fields, expand_mask
+from crypto.hazmat.primitives import KEY_SIZE, derive, encode_fields, expand_mask, hkdf
 from crypto.hazmat.shamir import SHARE_SIZE
 from crypto.secagg.messages import RosterEntry
 from crypto.secagg.params import RoundParameters
@@ -29,6 +31,7 @@ SHARE_KEY_LABEL = "fedrank/secagg/share-encryption"
 SHARE_AD_LABEL = "fedrank/secagg/share-ad"
 PAIRWISE_MASK_LABEL = "fedrank/secagg/pairwise-mask"
 SELF_MASK_LABEL = "fedrank/secagg/self-mask"
+_PAIR = struct.Struct(">QQQQ")
 
 
 def advert_payload(round_number: int, member: int, cipher_key: bytes, mask_key: bytes) -> bytes:
@@ -93,15 +96,23 @@ def parse_share_plaintext(plaintext: bytes) -> tuple[int, int, bytes, bytes]:
     )
 
 
+@lru_cache(maxsize=64)
+def _pairwise_info_prefix(round_number: int) -> bytes:
+    return encode_fields(PAIRWISE_MASK_LABEL, round_number)
+
+
 def pairwise_mask(
     shared_secret: bytes, session: bytes, round_number: int, a: int, b: int, length: int
 ) -> NDArray[np.uint32]:
-    """PRG(s_ab): the mask members ``a`` and ``b`` agree on (symmetric in a, b)."""
+    """PRG(s_ab): the mask members ``a`` and ``b`` agree on (symmetric in a, b).
+
+    The seed is ``derive(s_ab, PAIRWISE_MASK_LABEL, salt=session, context=(round, low,
+    high))``, written out here because the server computes it for every (dropped,
+    survivor) pair.
+    """
     low, high = min(a, b), max(a, b)
-    seed = derive(
-        shared_secret, PAIRWISE_MASK_LABEL, salt=session, context=(round_number, low, high)
-    )
-    return expand_mask(seed, length)
+    info = _pairwise_info_prefix(round_number) + _PAIR.pack(8, low, 8, high)
+    return expand_mask(hkdf(shared_secret, session, info, KEY_SIZE), length)
 
 
 def self_mask(seed: bytes, session: bytes, round_number: int, length: int) -> NDArray[np.uint32]:

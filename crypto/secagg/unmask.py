@@ -15,6 +15,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 
 import numpy as np
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PublicKey
 from numpy.typing import NDArray
 
 from crypto.hazmat import primitives, shamir
@@ -100,6 +101,7 @@ def unmask(
     total = (stacked.sum(axis=0) & 0xFFFFFFFF).astype(np.uint32)
     for u in survivors:
         total -= transcript.self_mask(secrets[u], session, round_number, length)
+    public_keys: dict[int, X25519PublicKey] = {}
     for w in dropped:
         if primitives.public_agreement_key(secrets[w]) != mask_public_keys[w]:
             return _aborted(
@@ -109,7 +111,9 @@ def unmask(
             )
         key = primitives.load_agreement_key(secrets[w])
         for v in sorted(graph.neighbours(w) & survivor_set):
-            secret = primitives.exchange(key, mask_public_keys[v])
+            if v not in public_keys:
+                public_keys[v] = primitives.load_agreement_public_key(mask_public_keys[v])
+            secret = primitives.exchange(key, public_keys[v])
             mask = transcript.pairwise_mask(secret, session, round_number, w, v, length)
             # survivor v added +mask if w > v, -mask if w < v: take it back out
             if w > v:

@@ -118,3 +118,12 @@ def test_parameters_and_inputs_are_validated() -> None:
         build_cohort({1: np.zeros(3, dtype=np.int64)}, RoundParameters(0, 1, 3))
     with pytest.raises(LocalProtocolError):
         build_cohort({0: np.zeros(3, dtype=np.uint32)}, RoundParameters(0, 1, 3))
+
+
+def test_pairwise_mask_seed_is_the_labelled_derivation() -> None:
+    session, secret = os.urandom(32), os.urandom(32)
+    seed = primitives.derive(
+        secret, transcript.PAIRWISE_MASK_LABEL, salt=session, context=(4, 3, 9)
+    )
+    expected = primitives.expand_mask(seed, 8)
+    assert np.array_equal(transcript.pairwise_mask(secret, session, 4, 9, 3, 8), expected)
