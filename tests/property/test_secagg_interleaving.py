@@ -137,11 +137,7 @@ class SecAggRound(RuleBasedStateMachine):
             else:
                 self.pass_deadline()
         outcome = self.group.server.outcome
-        event(
-            f"sum of {len(outcome.survivors)}"
-            if isinstance(outcome, AggregateSum)
-            else f"abort {outcome.detail}"
-        )
+        event("sum" if isinstance(outcome, AggregateSum) else "abort")
         if isinstance(outcome, AggregateSum):
             survivors = self.arrived[Phase.MASKED_INPUT_COLLECTION]
             assert set(outcome.survivors) == survivors
