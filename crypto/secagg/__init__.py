@@ -16,6 +16,8 @@ Public API::
 
     run_in_process(inputs, threshold, dropouts={member: Phase.X}, secagg_plus=True)
 
+    to_ring(votes) / from_ring(total)                   # signed ints <-> Z_{2^32}
+
 ``directory`` maps member ids (ints in [1, 2^31 - 2]) to Ed25519 public identity keys;
 inputs and sums are uint32 vectors (Z_{2^32}). Refusals raise ``RemoteProtocolError``
 (``.refusal``); misuse raises ``LocalProtocolError``.
@@ -53,6 +55,7 @@ from crypto.secagg.messages import (
     UnmaskResponse,
 )
 from crypto.secagg.params import NeighbourGraph, RoundParameters, build_graph, default_degree
+from crypto.secagg.ring import from_fixed_point, from_ring, to_fixed_point, to_ring
 from crypto.secagg.server import SecAggServer
 from crypto.secagg.simulate import InProcessCohort, build_cohort, drive, run_in_process
 
@@ -94,5 +97,9 @@ __all__ = [
     "build_graph",
     "default_degree",
     "drive",
+    "from_fixed_point",
+    "from_ring",
     "run_in_process",
+    "to_fixed_point",
+    "to_ring",
 ]

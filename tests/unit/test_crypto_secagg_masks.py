@@ -12,6 +12,7 @@ from scipy import stats
 
 from crypto.hazmat import primitives
 from crypto.secagg import (
+    AggregateSum,
     LocalProtocolError,
     MaskedInput,
     RoundParameters,
@@ -19,6 +20,8 @@ from crypto.secagg import (
     build_graph,
     default_degree,
     drive,
+    ring,
+    run_in_process,
     transcript,
 )
 
@@ -127,3 +130,16 @@ def test_pairwise_mask_seed_is_the_labelled_derivation() -> None:
     )
     expected = primitives.expand_mask(seed, 8)
     assert np.array_equal(transcript.pairwise_mask(secret, session, 4, 9, 3, 8), expected)
+
+
+def test_signed_votes_and_fixed_point_metrics_sum_through_the_ring() -> None:
+    votes = [np.array([-1, 0, 1, -1], dtype=np.int64), np.array([-1, 1, 1, 0], dtype=np.int64)]
+    total = run_in_process([ring.to_ring(v) for v in votes], threshold=2)
+    assert isinstance(total, AggregateSum)
+    assert ring.from_ring(total.total).tolist() == [-2, 1, 2, -1]
+    losses = [ring.to_fixed_point([0.25, -3.5], 1000), ring.to_fixed_point([1.125, 2.0], 1000)]
+    summed = run_in_process(losses, threshold=2)
+    assert isinstance(summed, AggregateSum)
+    assert ring.from_fixed_point(summed.total, 1000).tolist() == [1.375, -1.5]
+    with pytest.raises(ValueError):
+        ring.to_ring([1 << 31])

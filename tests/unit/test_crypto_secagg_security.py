@@ -28,6 +28,7 @@ from crypto.secagg import (
     UnmaskRequest,
     UnmaskResponse,
     build_cohort,
+    build_graph,
     drive,
     transcript,
 )
@@ -287,3 +288,29 @@ def test_server_abort_says_phase_and_counts() -> None:
     outcome = drive(cohort(), {1: Phase.UNMASKING, 2: Phase.UNMASKING, 3: Phase.UNMASKING})
     assert isinstance(outcome, RoundAborted)
     assert outcome.detail == f"below threshold at Unmasking: {N - 3} of t={T}"
+
+
+def test_secagg_plus_member_refuses_a_forged_neighbour_advert() -> None:
+    n = 24
+    inputs = {m: np.full(D, m, dtype=np.uint32) for m in range(1, n + 1)}
+    parameters = RoundParameters(round=0, threshold=12, vector_length=D, secagg_plus=True, degree=4)
+    group = build_cohort(inputs, parameters)
+
+    def forge(message: ServerMessage) -> ServerMessage:
+        if isinstance(message, ShareKeysRequest) and message.recipient == 1:
+            graph = build_graph(
+                parameters, tuple(e.member for e in message.roster), message.session_id
+            )
+            neighbour = min(graph.neighbours(1))
+            roster = tuple(
+                dataclasses.replace(e, signature=bytes(64)) if e.member == neighbour else e
+                for e in message.roster
+            )
+            return dataclasses.replace(message, roster=roster)
+        return message
+
+    outcome = drive(group, intercept=forge)
+    assert refusal_of(group, 1) is Refusal.BAD_SIGNATURE
+    assert set(group.refusals) == {1}
+    assert isinstance(outcome, AggregateSum)
+    assert 1 not in outcome.survivors
