@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from numpy.typing import NDArray
 
 from crypto.hazmat import primitives, shamir
@@ -79,6 +80,14 @@ class _HeldShares:
 
 def _refuse(refusal: Refusal, detail: str) -> RemoteProtocolError:
     return RemoteProtocolError(refusal, detail)
+
+
+def _agree(private_key: X25519PrivateKey, peer_public_key: bytes, peer: int) -> bytes:
+    """X25519 with a peer's advertised key; a malformed or low-order key is refused."""
+    try:
+        return primitives.exchange(private_key, peer_public_key)
+    except ValueError:
+        raise _refuse(Refusal.MALFORMED, f"unusable public key of member {peer}") from None
 
 
 class SecAggClient:
@@ -209,7 +218,7 @@ class SecAggClient:
                 self._held[holder] = held
                 continue
             key = transcript.share_encryption_key(
-                primitives.exchange(self._cipher_agreement, self._roster_keys[holder][0]),
+                _agree(self._cipher_agreement, self._roster_keys[holder][0], holder),
                 session,
                 self.parameters.round,
                 self.member,
@@ -257,7 +266,7 @@ class SecAggClient:
         for peer in self._held:
             if peer == self.member:
                 continue
-            secret = primitives.exchange(mask_key, self._roster_keys[peer][1])
+            secret = _agree(mask_key, self._roster_keys[peer][1], peer)
             mask = transcript.pairwise_mask(
                 secret, self._session, self.parameters.round, self.member, peer, length
             )
@@ -267,7 +276,7 @@ class SecAggClient:
 
     def _decrypt_share(self, share: EncryptedShare) -> _HeldShares:
         key = transcript.share_encryption_key(
-            primitives.exchange(self._cipher_agreement, self._roster_keys[share.sender][0]),
+            _agree(self._cipher_agreement, self._roster_keys[share.sender][0], share.sender),
             self._session,
             self.parameters.round,
             share.sender,

@@ -74,6 +74,7 @@ class SecAggServer:
         self._max_members = max_members or len(self._directory)
         self._expected: frozenset[int] = frozenset(self._directory)
         self._adverts: dict[int, AdvertiseKeys] = {}
+        self._probe_key = primitives.load_agreement_key(primitives.generate_agreement_key())
         self._session = b""
         self._graph: NeighbourGraph | None = None
         self._shares: dict[int, EncryptedShares] = {}
@@ -84,6 +85,11 @@ class SecAggServer:
     @property
     def session_id(self) -> bytes:
         return self._session
+
+    @property
+    def roster_members(self) -> tuple[int, ...]:
+        """The members of the roster (empty before ShareKeys)."""
+        return self._graph.members if self._graph is not None else ()
 
     @property
     def deadline(self) -> float:
@@ -290,6 +296,13 @@ class SecAggServer:
         keys = (message.cipher_public_key, message.mask_public_key)
         if any(len(key) != primitives.KEY_SIZE for key in keys):
             raise _refuse(Refusal.MALFORMED, f"key size in advert of member {message.sender}")
+        try:  # rejects low-order points, whose agreement would be all zeros
+            for key in keys:
+                primitives.exchange(self._probe_key, key)
+        except ValueError:
+            raise _refuse(
+                Refusal.MALFORMED, f"unusable key in advert of member {message.sender}"
+            ) from None
         payload = transcript.advert_payload(self.parameters.round, message.sender, *keys)
         if not primitives.verify(self._directory[message.sender], message.signature, payload):
             raise _refuse(Refusal.BAD_SIGNATURE, f"advert of member {message.sender}")

@@ -110,9 +110,7 @@ def run(
     assert group.refusals == {}
     graph = None
     if secagg_plus and group.server.session_id:
-        graph = build_graph(
-            parameters, tuple(sorted(group.server._adverts)), group.server.session_id
-        )
+        graph = build_graph(parameters, group.server.roster_members, group.server.session_id)
     return outcome, inputs, graph
 
 

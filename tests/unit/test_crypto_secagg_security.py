@@ -314,3 +314,26 @@ def test_secagg_plus_member_refuses_a_forged_neighbour_advert() -> None:
     assert set(group.refusals) == {1}
     assert isinstance(outcome, AggregateSum)
     assert 1 not in outcome.survivors
+
+
+def test_low_order_public_keys_are_refused_by_server_and_client() -> None:
+    group = cohort()
+    advert = group.clients[1].advertise(0.0)
+    low_order = bytes(32)  # the point 0: its agreement is all zeros
+    with pytest.raises(RemoteProtocolError) as refused:
+        group.server.receive(dataclasses.replace(advert, mask_public_key=low_order), 0.0)
+    assert refused.value.refusal is Refusal.MALFORMED
+
+    def poison(message: ServerMessage) -> ServerMessage:
+        # a lying server swaps in a low-order key for a member (and a matching session)
+        if isinstance(message, ShareKeysRequest) and message.recipient == 2:
+            entry = dataclasses.replace(message.roster[0], cipher_public_key=low_order)
+            roster = (entry, *message.roster[1:])
+            session = transcript.session_id(group.parameters, roster)
+            return dataclasses.replace(message, roster=roster, session_id=session)
+        return message
+
+    group = cohort()
+    drive(group, intercept=poison)
+    # the forged entry fails its signature before its key is ever used
+    assert refusal_of(group, 2) is Refusal.BAD_SIGNATURE
