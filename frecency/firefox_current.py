@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Self
 
 import numpy as np
@@ -60,6 +60,7 @@ HALF_LIFE, VERY_HIGH, HIGH, MEDIUM, LOW = 0, 1, 2, 3, 4
 _EXCLUDED = (Transition.DOWNLOAD, Transition.FRAMED_LINK, Transition.RELOAD)
 _REDIRECTS = (Transition.REDIRECT_PERMANENT, Transition.REDIRECT_TEMPORARY)
 _NOT_MEDIUM = (Transition.EMBED, Transition.FRAMED_LINK, Transition.RELOAD)
+_SMALLEST_HALF_LIFE = 1e-9
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,38 +83,33 @@ class InteractionSettings:
 
 @dataclass(frozen=True, slots=True, eq=False)
 class FirefoxCurrentBatch:
-    """Encoded pages: ``(P, K)`` per sample, ``(P,)`` per page."""
+    """Encoded pages: ``(P, K)`` per sample, ``(P,)`` per page. Masks are 0.0/1.0 floats
+    and ages whole days as floats, so scoring does no casting."""
 
     #: Index into the weight vector of each sample's kind weight.
     kind_index: IntArray
-    #: Whole UTC days since 1970 of each sample (``visit_date / 86400000000``).
-    day: IntArray
-    #: The slot holds a sample.
-    sampled: BoolArray
+    #: ``reference.days - samples.days``: whole UTC days (``visit_date / 86400000000``)
+    #: between the newest sample and this one; 0 in empty slots.
+    age_days: FloatArray
+    #: 1.0 where the slot holds a sample.
+    sampled: FloatArray
+    #: Samples taken (``samples_count``).
+    sampled_count: IntArray
     #: ``max(visit_count, samples)``.
     count: IntArray
     #: The newest sample's day (0 when there is no sample).
     reference_day: IntArray
     #: Stored as 0 whatever the weights: no sample, or a ``place:`` URL.
     zero: BoolArray
+    #: ``count / max(samples, 1)``, the factor of the mean sample.
+    scale: FloatArray
 
     def __len__(self) -> int:
         return int(self.count.shape[0])
 
     def take(self, pages: Sequence[int] | IntArray) -> Self:
         index = np.asarray(pages, dtype=np.int64)
-        return type(self)(
-            kind_index=self.kind_index[index],
-            day=self.day[index],
-            sampled=self.sampled[index],
-            count=self.count[index],
-            reference_day=self.reference_day[index],
-            zero=self.zero[index],
-        )
-
-    @property
-    def sampled_count(self) -> IntArray:
-        return np.asarray(self.sampled.sum(axis=1), dtype=np.int64)
+        return type(self)(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,49 +220,55 @@ class FirefoxCurrentModel:
         reference_day = np.where(
             samples > 0, np.where(sampled, day, np.iinfo(np.int64).min).max(axis=1), 0
         )
+        counted = np.maximum(visit_count, samples)
         return FirefoxCurrentBatch(
             kind_index=kind_index,
-            day=np.asarray(day, dtype=np.int64),
-            sampled=sampled,
-            count=np.asarray(np.maximum(visit_count, samples), dtype=np.int64),
-            reference_day=np.asarray(reference_day, dtype=np.int64),
+            age_days=np.where(sampled, reference_day[:, np.newaxis] - day, 0).astype(np.float64),
+            sampled=sampled.astype(np.float64),
+            sampled_count=samples.astype(np.int64),
+            count=counted.astype(np.int64),
+            reference_day=reference_day.astype(np.int64),
             zero=np.asarray((samples == 0) | place_url, dtype=np.bool_),
+            scale=counted / np.maximum(samples, 1),
         )
 
     def score(self, batch: PageBatch, weights: FloatArray) -> FloatArray:
         """``ref_day + ln(score) / lambda`` as a float (not truncated), ``(W, P)``.
 
-        Pages Firefox stores as 0 (no sample, ``place:`` URL, or a score of 0) score 0.
+        Pages Firefox stores as 0 (no sample, ``place:`` URL, or a score of 0) score 0. A
+        half-life at or below 0 (a finite difference at the bound) is taken as 1e-9 days,
+        the limit where only the newest day's samples count.
         """
         batch = _own(batch)
         matrix = weight_matrix(weights, SPEC.dimension)
-        decay = math.log(2.0) / matrix[:, HALF_LIFE, np.newaxis, np.newaxis]
-        age = (batch.reference_day[:, np.newaxis] - batch.day)[np.newaxis, :, :]
-        terms = matrix[:, batch.kind_index] * np.exp(-decay * age)
-        total = np.einsum("wpk,pk->wp", terms, batch.sampled.astype(np.float64))
-        value = total / np.maximum(batch.sampled_count, 1) * batch.count
+        half_life = np.maximum(matrix[:, HALF_LIFE], _SMALLEST_HALF_LIFE)
+        decay = (math.log(2.0) / half_life)[:, np.newaxis]
+        terms = matrix[:, batch.kind_index] * np.exp(-decay[:, :, np.newaxis] * batch.age_days)
+        value = np.einsum("wpk,pk->wp", terms, batch.sampled) * batch.scale
         positive = (value > 0) & ~batch.zero
-        with np.errstate(divide="ignore", invalid="ignore"):
-            days = np.log(np.where(positive, value, 1.0)) / decay[:, :, 0]
+        days = np.log(np.where(positive, value, 1.0)) / decay
         return np.asarray(np.where(positive, batch.reference_day + days, 0.0), dtype=np.float64)
 
     def frecency(self, batch: PageBatch, weights: FloatArray) -> IntArray:
         """The integer ``calculate_frecency`` stores, in SQLite's double arithmetic, ``(P,)``.
 
-        Prefs are bound as integers, so the weights are rounded first. ``exp`` and ``ln``
-        are the C library's (Python's ``math``), the sum is SQLite's compensated ``sum()``.
+        Prefs are bound as integers, so the weights are rounded first (a half-life of 0
+        divides by zero, NULL in SQLite: every page stores 0). ``exp`` and ``ln`` are the C
+        library's (Python's ``math``), the sum is SQLite's compensated ``sum()``.
         """
         batch = _own(batch)
         prefs = as_pref_integers(weight_vector(weights, SPEC.dimension))
+        result = np.zeros(len(batch), dtype=np.int64)
+        if prefs[HALF_LIFE] == 0:
+            return result
         decay = math.log(2.0) / float(prefs[HALF_LIFE])
-        age = batch.reference_day[:, np.newaxis] - batch.day
         decayed = np.vectorize(lambda days: math.exp(-decay * days), otypes=[np.float64])(
-            np.where(batch.sampled, age, 0).astype(np.float64)
+            batch.age_days
         )
         terms = prefs[batch.kind_index].astype(np.float64) * decayed
-        total = kbn_sum(terms, batch.sampled)
-        result = np.zeros(len(batch), dtype=np.int64)
+        total = kbn_sum(terms, batch.sampled > 0)
         for page in np.flatnonzero(~batch.zero):
+            # sum(score) / samples_count * MAX(visit_count, samples_count), left to right
             value = float(total[page]) / int(batch.sampled_count[page]) * int(batch.count[page])
             if value > 0:
                 days = math.log(value) / decay

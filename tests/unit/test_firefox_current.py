@@ -296,3 +296,16 @@ def test_score_and_frecency_agree_in_order(
         for j in range(len(pages)):
             if real[i] < real[j] - 1e-9:
                 assert stored[i] <= stored[j]
+
+
+def test_a_half_life_stepped_to_zero_or_below_stays_finite() -> None:
+    two = page(visit(day=TODAY), visit(day=TODAY - 30))
+    batch = MODEL.encode([two], NOW)
+    real = MODEL.score(
+        batch, np.stack([with_weights(halfLifeDays=0), with_weights(halfLifeDays=-1)])
+    )
+    # taken as 1e-9 days: only today's sample counts, 50 / 2 * 2 = 50, and
+    # 1e-9 * log2(50) days past the reference day
+    assert real[:, 0] == pytest.approx([TODAY, TODAY], abs=1e-6)
+    # Firefox's ln(2) / 0 is NULL in SQLite: the page stores 0
+    assert frecency([two], with_weights(halfLifeDays=0)) == [0]
