@@ -270,11 +270,12 @@ def test_stacked_weights_score_as_separate_calls(
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(PAGES, min_size=2, max_size=10))
-def test_score_and_frecency_agree_in_order(pages: list[Page]) -> None:
+@given(st.lists(PAGES, min_size=2, max_size=10), PERTURBATIONS)
+def test_score_and_frecency_agree_in_order(pages: list[Page], perturbation: list[int]) -> None:
+    weights = DEFAULTS + np.array(perturbation, dtype=np.float64)
     batch = MODEL.encode(pages, NOW)
-    real = MODEL.score(batch, DEFAULTS)[0]
-    stored = MODEL.frecency(batch, DEFAULTS)
+    real = MODEL.score(batch, weights)[0]
+    stored = MODEL.frecency(batch, weights)
     for i in range(len(pages)):
         for j in range(len(pages)):
             if real[i] < real[j]:
