@@ -11,6 +11,7 @@ the state unchanged (the runtime logs it and carries on).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 
 import numpy as np
@@ -60,6 +61,7 @@ class SecAggServer:
         now: float,
         phase_timeout: float,
         max_members: int | None = None,
+        random: primitives.RandomSource = os.urandom,
     ) -> None:
         for member in directory:
             check_member_id(member)
@@ -74,7 +76,7 @@ class SecAggServer:
         self._max_members = max_members or len(self._directory)
         self._expected: frozenset[int] = frozenset(self._directory)
         self._adverts: dict[int, AdvertiseKeys] = {}
-        self._probe_key = primitives.load_agreement_key(primitives.generate_agreement_key())
+        self._probe_key = primitives.load_agreement_key(primitives.generate_agreement_key(random))
         self._session = b""
         self._graph: NeighbourGraph | None = None
         self._shares: dict[int, EncryptedShares] = {}

@@ -70,7 +70,7 @@ def build_cohort(
         m: SecAggClient(parameters, m, identities[m], directory, vector, random=random)
         for m, vector in inputs.items()
     }
-    server = server_type(parameters, directory, now=0.0, phase_timeout=PHASE_TIMEOUT)
+    server = server_type(parameters, directory, now=0.0, phase_timeout=PHASE_TIMEOUT, random=random)
     return InProcessCohort(parameters, server, clients)
 
 
