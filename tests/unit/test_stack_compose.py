@@ -28,7 +28,6 @@ REPO = Path(__file__).resolve().parents[2]
 COMPOSE = REPO / "compose.yaml"
 
 
-
 def _strip_comment(line: str) -> str:
     in_quote = ""
     for index, char in enumerate(line):
@@ -54,8 +53,7 @@ def read_compose_yaml(text: str) -> dict[str, object]:
     """Parse block-style YAML (mappings, ``- item`` lists, ``>-`` folded scalars, flow lists
     of scalars) into dicts, lists and scalars. Anchors are kept as the literal text."""
     lines = [
-        (len(raw) - len(raw.lstrip(" ")), _strip_comment(raw).strip())
-        for raw in text.splitlines()
+        (len(raw) - len(raw.lstrip(" ")), _strip_comment(raw).strip()) for raw in text.splitlines()
     ]
     lines = [(indent, body) for indent, body in lines if body]
     position = 0
@@ -132,7 +130,7 @@ def _definitions() -> list[dict[str, object]]:
 def test_the_reader_parses_what_compose_uses() -> None:
     parsed = read_compose_yaml(
         "a:\n  b: 1 # note\n  c:\n    - x\n    - 'y # not a comment'\n"
-        "  d: >-\n    one\n    two\n  e: [CMD, \"t s\"]\n"
+        '  d: >-\n    one\n    two\n  e: [CMD, "t s"]\n'
     )
     assert parsed == {
         "a": {"b": 1, "c": ["x", "y # not a comment"], "d": "one two", "e": ["CMD", "t s"]}
