@@ -64,11 +64,19 @@ def ranking_losses(
     shown: IntArray,
     selected: IntArray,
     margin: float = DEFAULT_MARGIN,
+    relative: bool = False,
 ) -> FloatArray:
     """SVM loss of many interactions under many weight vectors at once.
 
     ``scores`` is ``(W, P)``; ``shown`` is ``(m, K)`` page indices into its columns,
     padded with -1; ``selected`` ``(m,)`` positions in ``shown``. Returns ``(W, m)``.
+
+    ``relative``: every score is first divided by the selected suggestion's score (under
+    the same weight vector; at least 1 in magnitude), i.e. ``sum_j max(0, f_j / f_i - 1 +
+    margin)``. Frecency is homogeneous in its weights (scaling every bucket weight, or
+    every bonus, scales every score), and the plain loss with margin 0 falls by shrinking
+    them all, which ranks nothing better; the relative loss does not depend on that scale,
+    so its gradient carries only the ranking.
     """
     shown = np.asarray(shown, dtype=np.int64)
     selected = np.asarray(selected, dtype=np.int64)
@@ -77,7 +85,11 @@ def ranking_losses(
     chosen = scores[:, shown[rows, selected]]
     counted = shown >= 0
     counted[rows, selected] = False
-    hinge = np.maximum(0.0, values + margin - chosen[:, :, np.newaxis])
+    if relative:
+        unit = np.maximum(np.abs(chosen), 1.0)[:, :, np.newaxis]
+        hinge = np.maximum(0.0, (values - chosen[:, :, np.newaxis]) / unit + margin)
+    else:
+        hinge = np.maximum(0.0, values + margin - chosen[:, :, np.newaxis])
     return np.asarray(np.where(counted, hinge, 0.0).sum(axis=2), dtype=np.float64)
 
 
@@ -98,12 +110,13 @@ def gradient_from_scores(
     selected: IntArray,
     steps: FloatArray,
     margin: float = DEFAULT_MARGIN,
+    relative: bool = False,
 ) -> LossGradient:
     """Loss and gradient from ``scores`` ``(2d + 1, P)`` of :func:`perturbed_weights`."""
     d = np.asarray(steps).shape[0]
     if scores.shape[0] != 2 * d + 1:
         raise ValueError(f"need {2 * d + 1} score rows for {d} weights, got {scores.shape[0]}")
-    per = ranking_losses(scores, shown, selected, margin)
+    per = ranking_losses(scores, shown, selected, margin, relative)
     totals = per.sum(axis=1)
     gradient = (totals[1 : d + 1] - totals[d + 1 :]) / (2.0 * np.asarray(steps))
     return LossGradient(
@@ -128,6 +141,7 @@ def loss_and_gradient(
     interactions: Sequence[Interaction] | tuple[IntArray, IntArray],
     margin: float = DEFAULT_MARGIN,
     epsilon: float = DEFAULT_EPSILON,
+    relative: bool = False,
 ) -> LossGradient:
     """Summed loss and gradient of a participant's interactions with the history encoded
     in ``batch`` (``shown`` indexes its pages), in one ``model.score`` call over the pages
@@ -143,7 +157,7 @@ def loss_and_gradient(
     pages, local = np.unique(np.maximum(shown, 0), return_inverse=True)
     local_shown = np.where(shown >= 0, local.reshape(shown.shape), -1)
     scores = model.score(batch.take(pages), perturbed_weights(weights, steps))
-    return gradient_from_scores(scores, local_shown, selected, steps, margin)
+    return gradient_from_scores(scores, local_shown, selected, steps, margin, relative)
 
 
 def vote(gradient: FloatArray) -> IntArray:
@@ -159,12 +173,13 @@ def grouped_gradients(
     groups: int,
     steps: FloatArray,
     margin: float = DEFAULT_MARGIN,
+    relative: bool = False,
 ) -> tuple[FloatArray, FloatArray]:
     """Many participants at once: interactions ``owner[m]`` in ``range(groups)``, scores
     ``(2d + 1, P)`` of :func:`perturbed_weights` over pages ``shown`` indexes. Returns each
     group's summed gradient ``(groups, d)`` and summed loss at ``w`` ``(groups,)``."""
     d = np.asarray(steps).shape[0]
-    per = ranking_losses(scores, shown, selected, margin)
+    per = ranking_losses(scores, shown, selected, margin, relative)
     totals = np.zeros((scores.shape[0], groups), dtype=np.float64)
     np.add.at(totals.T, np.asarray(owner, dtype=np.int64), per.T)
     gradient = (totals[1 : d + 1] - totals[d + 1 :]) / (2.0 * np.asarray(steps)[:, np.newaxis])

@@ -351,10 +351,9 @@ def type_queries(batch: QueryBatch, scores: FloatArray) -> TypingOutcome:
     # What is shown at the chosen prefix: the first ``slots`` matches in ranking order.
     ordered_query = element_query[order]
     still = batch.depth[order] >= chars[ordered_query]
-    kept = (
-        np.cumsum(still)
-        - np.concatenate(([0], np.cumsum(still)))[batch.offsets[:-1]][ordered_query]
-    )
+    running: IntArray = np.cumsum(still, dtype=np.int64)
+    before_query = np.concatenate(([0], running))[batch.offsets[:-1]]
+    kept: IntArray = running - before_query[ordered_query]
     visible = still & (kept <= batch.slots[ordered_query])
     width = int(max(1, batch.slots.max()))
     shown = np.full((count, width), -1, dtype=np.int64)

@@ -5,7 +5,10 @@ A fixed set of held-out people and queries (noise and dropdown rows fixed once) 
 again under every model: the person's choice does not depend on the model, but what is
 shown, when they select and at which rank do. Metrics, averaged over queries:
 
-* ``loss``: pointwise SVM loss of the selection among the suggestions shown;
+* ``loss``: pointwise SVM loss of the selection among the suggestions shown (in score
+  units: it also falls when every weight shrinks);
+* ``relative_loss``: the same with scores divided by the selected suggestion's score
+  (scale free);
 * ``accuracy``: the selected page was ranked first (top-1 ranking accuracy);
 * ``chars_typed``: characters typed before selecting;
 * ``rank_selected``: 0-based rank of the selected suggestion;
@@ -38,6 +41,7 @@ class Metrics:
     """Means over the held-out queries."""
 
     loss: float
+    relative_loss: float
     accuracy: float
     chars_typed: float
     rank_selected: float
@@ -85,8 +89,12 @@ def evaluate_scores(
     """Type every held-out query with pages ranked by ``scores`` (one per page)."""
     outcome = type_queries(held_out.queries, scores[held_out.queries.page])
     losses = ranking_losses(scores[np.newaxis, :], outcome.shown, outcome.selected, margin)[0]
+    relative = ranking_losses(
+        scores[np.newaxis, :], outcome.shown, outcome.selected, margin, relative=True
+    )[0]
     return Metrics(
         loss=float(losses.mean()),
+        relative_loss=float(relative.mean()),
         accuracy=float((outcome.selected == 0).mean()),
         chars_typed=float(outcome.chars_typed.mean()),
         rank_selected=float(outcome.selected.mean()),

@@ -62,6 +62,7 @@ from simulation.population import (
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
 OptimizerName = Literal["relative", "deployed"]
+LossName = Literal["svm", "relative"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +77,9 @@ class SimulationConfig:
     model: str = "firefox-2018"
     optimizer: OptimizerName = "relative"
     margin: float = DEFAULT_MARGIN
+    #: ``"svm"``: the shipped loss; ``"relative"``: scores divided by the selected one's
+    #: (invariant to the model's overall scale; see frecency.learning.ranking_losses).
+    loss: LossName = "svm"
     epsilon: float = DEFAULT_EPSILON
     #: ``int(Exponential(scale)) + 1`` interactions per participant and round.
     interactions_scale: float = 0.8
@@ -92,6 +96,8 @@ class SimulationConfig:
             raise ValueError("rounds >= 0, held-out people and queries >= 1")
         if self.optimizer not in ("relative", "deployed"):
             raise ValueError(f"unknown optimizer {self.optimizer!r}")
+        if self.loss not in ("svm", "relative"):
+            raise ValueError(f"unknown loss {self.loss!r}")
 
     def rprop(self) -> RpropConfig:
         return RpropConfig.deployed() if self.optimizer == "deployed" else RpropConfig.default()
@@ -106,6 +112,7 @@ class SimulationConfig:
             "model": self.model,
             "optimizer": self.optimizer,
             "margin": self.margin,
+            "loss": self.loss,
             "epsilon": self.epsilon,
             "interactions_scale": self.interactions_scale,
             "held_out_people": self.held_out_people,
@@ -206,6 +213,7 @@ def participant_votes(
     margin: float,
     epsilon: float,
     chunk: int,
+    relative: bool = False,
 ) -> tuple[IntArray, IntArray]:
     """Each owner's vote over its interactions (shown pages are population pages):
     returns (owners in ascending order, votes ``(n, d)``)."""
@@ -227,6 +235,7 @@ def participant_votes(
             min(chunk, people.size - begin),
             steps,
             margin,
+            relative,
         )
         votes[begin : begin + gradient.shape[0]] = vote(gradient)
     return people, votes
@@ -290,6 +299,7 @@ def run_simulation(
             config.margin,
             config.epsilon,
             config.gradient_chunk,
+            config.loss == "relative",
         )
         last[sampled] = round_index
 

@@ -25,6 +25,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", choices=MODEL_NAMES, default="firefox-2018")
     parser.add_argument("--optimizer", choices=("relative", "deployed"), default="relative")
     parser.add_argument("--margin", type=float, default=0.0)
+    parser.add_argument(
+        "--loss",
+        choices=("svm", "relative"),
+        default="svm",
+        help="svm: the shipped loss; relative: scores divided by the selected one's",
+    )
     parser.add_argument("--held-out-people", type=int, default=300)
     parser.add_argument("--json", type=Path, default=None, help="write the results here")
 
@@ -39,14 +45,16 @@ class _Table:
 
     def row(self, label: str, metrics: Metrics, bar: str = "") -> None:
         self.out.write(
-            f"{label:>9} {bar:<22} {metrics.loss:>12.3f} {metrics.accuracy:>8.3f} "
+            f"{label:>9} {bar:<22} {metrics.loss:>12.3f} {metrics.relative_loss:>8.4f} "
+            f"{metrics.accuracy:>8.3f} "
             f"{metrics.chars_typed:>7.3f} {metrics.rank_selected:>7.3f}\n"
         )
         self.out.flush()
 
     def setup(self, baseline: Metrics, oracle: Metrics) -> None:
         self.out.write(
-            f"{'round':>9} {'progress':<22} {'loss':>12} {'accuracy':>8} {'chars':>7} {'rank':>7}\n"
+            f"{'round':>9} {'progress':<22} {'loss':>12} {'rel.loss':>8} "
+            f"{'accuracy':>8} {'chars':>7} {'rank':>7}\n"
         )
         self.row("baseline", baseline)
         self.row("oracle", oracle)
@@ -75,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
             model=args.model,
             optimizer=args.optimizer,
             margin=args.margin,
+            loss=args.loss,
             held_out_people=args.held_out_people,
         )
     except ValueError as exc:
