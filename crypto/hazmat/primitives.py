@@ -53,19 +53,19 @@ def encode_fields(*fields: bytes | str | int) -> bytes:
 
     ``str`` is UTF-8, ``int`` a non-negative 8-byte big-endian integer.
     """
-    out = bytearray()
+    parts: list[bytes] = []
     for field in fields:
         if isinstance(field, int):
             if field < 0:
                 raise ValueError("encode_fields takes non-negative integers")
-            data = field.to_bytes(8, "big")
-        elif isinstance(field, str):
-            data = field.encode()
-        else:
-            data = bytes(field)
-        out += len(data).to_bytes(8, "big")
-        out += data
-    return bytes(out)
+            parts += (_EIGHT, field.to_bytes(8, "big"))
+            continue
+        data = field.encode() if isinstance(field, str) else bytes(field)
+        parts += (len(data).to_bytes(8, "big"), data)
+    return b"".join(parts)
+
+
+_EIGHT = (8).to_bytes(8, "big")
 
 
 def _check_key(key: bytes, what: str) -> None:
