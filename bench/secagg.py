@@ -33,274 +33,30 @@ Run (Flower needs the ``bench`` extra, e.g. in .venv-bench)::
 from __future__ import annotations
 
 import argparse
-import cProfile
 import dataclasses
-import enum
+import importlib
 import importlib.metadata
 import json
-import math
 import os
 import platform
-import pstats
 import sys
 import time
-from collections import defaultdict
-from dataclasses import dataclass
 from typing import Any
 
-import msgpack
-import numpy as np
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from crypto.hazmat import primitives
-from crypto.secagg import (
-    AggregateSum,
-    ClientMessage,
-    Outcome,
-    Phase,
-    RoundAborted,
-    RoundParameters,
-    SecAggClient,
-    SecAggServer,
-    ServerMessage,
-    ServerStep,
-    ShareKeysRequest,
-    default_degree,
+from _fedrank_secagg import (
+    FULL,
+    PLUS,
+    Point,
+    Thresholds,
+    floor_bytes,
+    run_fedrank,
+    thresholds_for,
 )
 
-FULL, PLUS = "full", "secagg+"
 SIZES, DIMENSIONS, DROPOUTS = (10, 100, 500, 1000), (22, 10000), (0.0, 0.1, 0.3)
-PHASE_TIMEOUT = 60.0
 TARGET_SPEEDUP, TARGET_UNMASK_S, TARGET_FLOOR_RATIO = 5.0, 10.0, 2.0
-
-
-@dataclass(frozen=True)
-class Point:
-    """One benchmark point."""
-
-    n: int
-    d: int
-    dropout: float
-    graph: str
-
-    def shares_per_member(self) -> int:
-        """Neighbours each member shares with (and masks with)."""
-        return self.n - 1 if self.graph == FULL else min(default_degree(self.n), self.n - 1)
-
-
-@dataclass(frozen=True)
-class Thresholds:
-    """t over the cohort and the threshold within a neighbourhood (= t on the full graph)."""
-
-    cohort: int
-    neighbourhood: int
-    overridden: bool = False
-
-
-# --- sizes ------------------------------------------------------------------------------
-
-
-def _wire_value(value: Any) -> Any:
-    if isinstance(value, np.ndarray):
-        array = value.astype(value.dtype.newbyteorder("<"))
-        return {"dtype": array.dtype.str, "shape": list(array.shape), "data": array.tobytes()}
-    if isinstance(value, enum.Enum):
-        return value.value
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _wire_value(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, tuple | list):
-        return [_wire_value(item) for item in value]
-    return value
-
-
-def wire_size(message: ClientMessage) -> int:
-    """Bytes of ``message`` in the broker codec's layout (version, kind, field map)."""
-    body = _wire_value(message)
-    return len(msgpack.packb([1, type(message).__name__, body], use_bin_type=True))
-
-
-def payload_size(message: ClientMessage) -> int:
-    """Bytes of the message's byte and array fields, plus 8 per int and 1 per enum: what
-    a compact fixed-layout codec would send."""
-
-    def size(value: Any) -> int:
-        if isinstance(value, np.ndarray):
-            return int(value.nbytes)
-        if isinstance(value, bytes):
-            return len(value)
-        if isinstance(value, enum.Enum):
-            return 1
-        if dataclasses.is_dataclass(value) and not isinstance(value, type):
-            return sum(size(getattr(value, f.name)) for f in dataclasses.fields(value))
-        if isinstance(value, tuple | list):
-            return sum(size(item) for item in value)
-        return 8
-
-    return size(message)
-
-
-def _top_functions(profiler: cProfile.Profile, count: int = 8) -> list[dict[str, Any]]:
-    """The functions with the most own time, with their share of the profiled total."""
-    stats = pstats.Stats(profiler)
-    total = max(stats.total_tt, 1e-12)  # type: ignore[attr-defined]
-    rows = sorted(
-        stats.stats.items(),  # type: ignore[attr-defined]
-        key=lambda item: item[1][2],
-        reverse=True,
-    )
-    return [
-        {
-            "function": f"{os.path.relpath(file) if file.startswith('/') else file}:{name}",
-            "own_s": own,
-            "cumulative_s": cumulative,
-            "share_of_total": own / total,
-        }
-        for (file, _, name), (_, _, own, cumulative, _) in rows[:count]
-    ]
-
-
-def floor_bytes(point: Point) -> float:
-    """Information-theoretic floor per member (module docstring)."""
-    m = point.shares_per_member()
-    vote_bits = point.d * math.log2(2 * point.n + 1)
-    return math.ceil(vote_bits / 8) + 64 + 128 + m * 64 + (m + 1) * 32
-
-
-# --- fedrank ----------------------------------------------------------------------------
-
-
-def thresholds_for(point: Point, fraction: float, *, lowered: bool = False) -> Thresholds:
-    cohort = math.floor(fraction * point.n) + 1
-    if point.graph == FULL or point.shares_per_member() >= point.n - 1:
-        return Thresholds(cohort, cohort)
-    k = point.shares_per_member()
-    if lowered:
-        return Thresholds(cohort, math.ceil((k + 1) / 3), overridden=True)
-    return Thresholds(cohort, min(math.ceil(cohort * (k + 1) / point.n), k + 1))
-
-
-def _votes(n: int, d: int) -> dict[int, np.ndarray]:
-    # Votes are benchmark data, not key material: numpy's generator is fine here.
-    rows = np.random.default_rng().integers(-1, 2, size=(n, d)).astype(np.int64)
-    return {member: (rows[member - 1] % (1 << 32)).astype(np.uint32) for member in range(1, n + 1)}
-
-
-def _dropped_members(n: int, fraction: float) -> set[int]:
-    order = list(range(1, n + 1))
-    count = round(fraction * n)
-    picked: set[int] = set()
-    while len(picked) < count:  # uniform sample from the OS CSPRNG
-        picked.add(order[int.from_bytes(os.urandom(4), "big") % n])
-    return picked
-
-
-def run_fedrank(
-    point: Point, thresholds: Thresholds, *, profile_unmask: bool = False
-) -> dict[str, Any]:
-    """One fedrank round for ``point``: timings, sizes, outcome."""
-    plus = point.graph == PLUS
-    parameters = RoundParameters(
-        round=1,
-        threshold=thresholds.cohort,
-        vector_length=point.d,
-        secagg_plus=plus,
-        neighbourhood_threshold=thresholds.neighbourhood if plus else None,
-    )
-    inputs = _votes(point.n, point.d)
-    identities = {m: primitives.generate_signing_key() for m in inputs}
-    directory = {m: primitives.public_signing_key(key) for m, key in identities.items()}
-    client_cpu: dict[int, float] = defaultdict(float)
-    clients = {}
-    for m, vector in inputs.items():  # the constructor draws the round's keys: client work
-        start = time.process_time()
-        clients[m] = SecAggClient(parameters, m, identities[m], directory, vector)
-        client_cpu[m] += time.process_time() - start
-    server = SecAggServer(parameters, directory, now=0.0, phase_timeout=PHASE_TIMEOUT)
-    dropped = _dropped_members(point.n, point.dropout)
-    sent: dict[int, int] = defaultdict(int)
-    payload: dict[int, int] = defaultdict(int)
-    server_wall: dict[str, float] = defaultdict(float)
-    server_cpu: dict[str, float] = defaultdict(float)
-    profiler = cProfile.Profile() if profile_unmask else None
-
-    def timed_server(call: Any, *args: Any) -> ServerStep:
-        phase = server.phase
-        if profiler is not None and phase is Phase.UNMASKING:
-            profiler.enable()
-        wall, cpu = time.perf_counter(), time.process_time()
-        step: ServerStep = call(*args)
-        server_wall[phase.value] += time.perf_counter() - wall
-        server_cpu[phase.value] += time.process_time() - cpu
-        if profiler is not None:
-            profiler.disable()
-        return step
-
-    pending: list[ServerMessage] = []
-    outcome: list[Outcome] = []
-    now = 0.0
-
-    def to_server(message: ClientMessage) -> None:
-        sent[message.sender] += wire_size(message)
-        payload[message.sender] += payload_size(message)
-        take(timed_server(server.receive, message, now))
-
-    def take(step: ServerStep) -> None:
-        pending.extend(step.messages)
-        if step.outcome is not None:
-            outcome.append(step.outcome)
-
-    for member, client in clients.items():
-        start = time.process_time()
-        advert = client.advertise(now)
-        client_cpu[member] += time.process_time() - start
-        to_server(advert)
-    while not outcome:
-        if not pending:
-            now = server.deadline
-            take(timed_server(server.tick, now))
-            continue
-        batch = pending[:]
-        pending.clear()
-        for message in batch:
-            member = message.recipient
-            if member in dropped and not isinstance(message, ShareKeysRequest):
-                continue  # shared its keys, then went silent
-            start = time.process_time()
-            reply = clients[member].receive(message, now)
-            client_cpu[member] += time.process_time() - start
-            to_server(reply)
-    result = outcome[0]
-    finishers = [m for m in inputs if m not in dropped]
-    totals = [client_cpu[m] for m in finishers]
-    report: dict[str, Any] = {
-        "t": thresholds.cohort,
-        "neighbourhood_t": thresholds.neighbourhood,
-        "neighbourhood_t_lowered": thresholds.overridden,
-        "k": point.shares_per_member(),
-        "survivors": len(finishers),
-        "client_cpu_mean_s": float(np.mean(totals)),
-        "client_cpu_max_s": float(np.max(totals)),
-        "server_wall_by_phase_s": dict(server_wall),
-        "server_cpu_by_phase_s": dict(server_cpu),
-        "server_unmask_wall_s": server_wall[Phase.UNMASKING.value],
-        "server_unmask_cpu_s": server_cpu[Phase.UNMASKING.value],
-        "server_total_wall_s": sum(server_wall.values()),
-        "server_total_cpu_s": sum(server_cpu.values()),
-        "bytes_per_client_mean": float(np.mean([sent[m] for m in finishers])),
-        "payload_bytes_per_client_mean": float(np.mean([payload[m] for m in finishers])),
-    }
-    if profiler is not None:
-        report["unmask_profile"] = _top_functions(profiler)
-    if isinstance(result, RoundAborted):
-        report["aborted"] = f"{result.phase.value}: {result.reason.value}: {result.detail}"
-        return report
-    assert isinstance(result, AggregateSum)
-    expected = np.zeros(point.d, dtype=np.uint32)
-    for m in result.survivors:
-        expected += inputs[m]
-    report["sum_correct"] = bool(np.array_equal(result.total, expected)) and set(
-        result.survivors
-    ) == set(finishers)
-    return report
 
 
 # --- Flower -----------------------------------------------------------------------------
@@ -308,7 +64,6 @@ def run_fedrank(
 
 def _load_flower() -> Any:
     """bench/_flower_secagg.py, or None when flwr (the ``bench`` extra) is missing."""
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     try:
         return importlib.import_module("_flower_secagg")
     except ImportError:
@@ -332,6 +87,24 @@ def run_flower(flower: Any, point: Point, thresholds: Thresholds) -> dict[str, A
     report.update(num_shares=shares, threshold=thresholds.neighbourhood)
     report["round_wall_s"] = time.perf_counter() - start
     return report
+
+
+def validate_flower(flower: Any) -> list[dict[str, Any]]:
+    """Flower alone at the issue's reference points, to check the driver against them."""
+    reference = (
+        (50, 50, 26, "full graph: 11.2 s of unmasking (primitives driven directly)"),
+        (100, 3, 2, "SecAgg+ default: 2.7 s unmasking, 43 ms client CPU, 10.9 KB (sim engine)"),
+        (200, 3, 2, "SecAgg+ default: 7.4 s unmasking (sim engine)"),
+    )
+    rows = []
+    for n, shares, threshold, figure in reference:
+        config = flower.FlowerRoundConfig(n, 22, 0.0, shares, threshold)
+        start = time.perf_counter()
+        result = flower.run_flower_round(config).as_json()
+        result.update(n=n, num_shares=shares, threshold=threshold, reference=figure)
+        result["round_wall_s"] = time.perf_counter() - start
+        rows.append(result)
+    return rows
 
 
 # --- scheduling -------------------------------------------------------------------------
@@ -424,7 +197,14 @@ def measure(
 
 
 def run_point(
-    point: Point, fraction: float, flower: Any, last: Any, max_seconds: float, profile: bool
+    point: Point,
+    fraction: float,
+    flower: Any,
+    last: Any,
+    max_seconds: float,
+    *,
+    profile: bool = False,
+    force_target: bool = True,
 ) -> dict[str, Any]:
     thresholds = thresholds_for(point, fraction)
 
@@ -434,7 +214,7 @@ def run_point(
         report["round_wall_s"] = time.perf_counter() - start
         return report
 
-    forced = is_target_point(point)
+    forced = force_target and is_target_point(point)
     fed = measure("fedrank", point, lambda: fedrank_once(thresholds), last, max_seconds, forced)
     if "aborted" in fed and point.graph == PLUS:
         first_abort = fed["aborted"]
@@ -511,6 +291,17 @@ def main(argv: list[str] | None = None) -> int:
         "--only", metavar="N,D,DROPOUT,GRAPH", help="run one point, e.g. 1000,22,0.1,full"
     )
     parser.add_argument(
+        "--no-force-target",
+        action="store_true",
+        help="let the budget skip full n=1000 10%% too (when measured apart with --only)",
+    )
+    parser.add_argument(
+        "--validate-flower",
+        action="store_true",
+        help="also run Flower alone at the issue's reference points (n=50 full graph, "
+        "n=100 and n=200 with 3 shares)",
+    )
+    parser.add_argument(
         "--profile",
         action="store_true",
         help="cProfile fedrank's unmasking (its timings then include profiler overhead)",
@@ -527,15 +318,25 @@ def main(argv: list[str] | None = None) -> int:
         points = points_for(args.quick)
     for point in points:
         results.append(
-            run_point(point, args.threshold_fraction, flower, last, args.max_seconds, args.profile)
+            run_point(
+                point,
+                args.threshold_fraction,
+                flower,
+                last,
+                args.max_seconds,
+                profile=args.profile,
+                force_target=not args.no_force_target,
+            )
         )
         print(
             f"done {_where(results[-1])} at {time.perf_counter() - started:.0f} s",
             file=sys.stderr,
             flush=True,
         )
+    validation = validate_flower(flower) if args.validate_flower and flower else None
     output = {
         "machine": machine(),
+        "flower_validation": validation,
         "flower_available": flower is not None,
         "max_seconds": args.max_seconds,
         "profiled": args.profile,
