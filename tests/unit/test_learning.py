@@ -183,3 +183,37 @@ def test_no_interactions_give_zero_gradient() -> None:
 def test_epsilon_must_be_positive() -> None:
     with pytest.raises(ValueError):
         epsilons(LinearModel.spec, 0.0)
+
+
+def test_relative_loss_by_hand_and_scale_free() -> None:
+    scores = np.array([[4.0, 5.0, 1.0, 6.0]])
+    shown = np.array([[0, 1, 2, 3]])
+    selected = np.array([0])
+    # (5 - 4) / 4 + 0 + (6 - 4) / 4
+    assert ranking_losses(scores, shown, selected, relative=True).tolist() == [[0.75]]
+    scaled = ranking_losses(10 * scores, shown, selected, relative=True)
+    assert scaled.tolist() == [[0.75]]
+    assert ranking_losses(10 * scores, shown, selected)[0, 0] == 10 * ranking_losses(
+        scores, shown, selected
+    )[0, 0]
+
+
+def test_relative_loss_gradient_has_no_shrinking_component() -> None:
+    """Scaling every weight of a linear model leaves the relative loss unchanged, so its
+    gradient is orthogonal to the weights; the plain loss's gradient points along them."""
+    rng = np.random.default_rng(5)
+    model = LinearModel()
+    features = rng.uniform(1.0, 50.0, size=(12, FEATURES))
+    batch = model.encode(_pages(features), 0)
+    weights = rng.uniform(100.0, 200.0, FEATURES)
+    interactions = [
+        Interaction("q", tuple(int(p) for p in rng.choice(12, 6, replace=False)), 3, 1)
+        for _ in range(20)
+    ]
+    plain = loss_and_gradient(model, batch, weights, interactions)
+    relative = loss_and_gradient(model, batch, weights, interactions, relative=True)
+    assert plain.loss > 0
+    # Euler: for a degree-1 homogeneous loss, gradient . w = loss.
+    assert float(plain.gradient @ weights) == pytest.approx(plain.loss, rel=0.05)
+    scale = float(np.linalg.norm(relative.gradient) * np.linalg.norm(weights))
+    assert abs(float(relative.gradient @ weights)) < 0.05 * scale
