@@ -66,6 +66,16 @@ class RoundRecord(BaseModel):
     metrics: RoundMetrics = Field(default_factory=RoundMetrics)
     epsilon_spent: float | None = None
     rejected_messages: int = 0
+    # Added with the running aggregator (docs/reading-round-logs.md); all optional so
+    # older lines still read.
+    survivor_ids: list[str] = Field(default_factory=list)
+    dropped_ids: list[str] = Field(default_factory=list)
+    abort_phase: str | None = None
+    rejected_reasons: dict[str, int] = Field(default_factory=dict)
+    cohort_target: int | None = None
+    secagg_plus: bool | None = None
+    dp_mode: str | None = None
+    epsilon_round: float | None = None
 
 
 class RoundLogError(Exception):

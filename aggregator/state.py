@@ -39,6 +39,9 @@ class AggregatorState(BaseModel):
     next_round: int
     optimizer: dict[str, Any]
     privacy_spent: float = 0.0
+    #: the composed RDP curve of the rounds released so far, at crypto.accountant's
+    #: DEFAULT_ORDERS (empty before any round with DP); privacy_spent is its epsilon
+    privacy_rdp: list[float] = []
 
 
 class StateDirectory:
