@@ -314,8 +314,8 @@ def running_stack(workdir: Path, env: dict[str, str] | None = None) -> Iterator[
 class DirectTap:
     """Puts the test between the aggregator and chosen participants on ``fedrank.direct``.
 
-    For each victim ``participant id -> kind``, the victim's queue is unbound from
-    ``fedrank.direct`` and a tap queue bound with its routing key instead; a thread
+    For each victim ``participant id -> kind`` (None: only watch), the victim's queue is
+    unbound from ``fedrank.direct`` and a tap queue bound with its routing key; a thread
     forwards every message the aggregator sends it to its queue (default exchange), until
     the first message of ``kind`` (e.g. ``secagg-masked-input-request``): then
     ``on_drop(victim)`` runs (the test kills the victim's process) and nothing more is
@@ -328,7 +328,7 @@ class DirectTap:
     def __init__(
         self,
         amqp_url: str,
-        victims: dict[str, str],
+        victims: dict[str, str | None],
         on_drop: Callable[[str], None],
     ) -> None:
         import pika  # tests may use pika directly; the project's packages may not
@@ -336,8 +336,10 @@ class DirectTap:
         self._pika = pika
         self.victims = dict(victims)
         self.on_drop = on_drop
+        #: victim -> the round in which it was dropped
         self.dropped: dict[str, int] = {}
-        self.forwarded: dict[str, list[str]] = {v: [] for v in victims}
+        #: (kind, round) of every message forwarded to each victim, in order
+        self.forwarded: dict[str, list[tuple[str, int]]] = {v: [] for v in victims}
         self.submitted: list[bytes] = []
         self._parameters = pika.URLParameters(amqp_url)
         self._stop = False
@@ -376,14 +378,15 @@ class DirectTap:
                 if victim in self.dropped:
                     return
                 try:
-                    kind = decode(body).kind
+                    message = decode(body)
+                    kind, round_number = message.kind, message.round
                 except DecodeError:
-                    kind = "undecodable"
+                    kind, round_number = "undecodable", -1
                 if kind == self.victims[victim]:
-                    self.dropped[victim] = len(self.forwarded[victim])
+                    self.dropped[victim] = round_number
                     self.on_drop(victim)
                     return
-                self.forwarded[victim].append(kind)
+                self.forwarded[victim].append((kind, round_number))
                 channel.basic_publish("", participant_queue(victim), body, properties)
 
             return handle
