@@ -680,3 +680,25 @@ def verify_announcement(public_key: bytes, message: ModelAnnouncement) -> bool:
 # RoundParameters names the settings classes defined above it in the file's order.
 RoundParameters.model_rebuild()
 ModelAnnouncement.model_rebuild()
+
+
+def load_aggregator_public_key(data: bytes) -> bytes:
+    """The raw 32-byte Ed25519 key participants pin, from what ``fedrank aggregator
+    --export-key`` prints: a PEM ``PUBLIC KEY`` block (or 64 hex digits).
+    ``ValueError`` with a one-line reason for anything else."""
+    text = data.strip()
+    if len(text) == 2 * KEY_BYTES:
+        try:
+            return bytes.fromhex(text.decode("ascii"))
+        except (UnicodeDecodeError, ValueError) as error:
+            raise ValueError("aggregator key is neither PEM nor 64 hex digits") from error
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+    from cryptography.hazmat.primitives.serialization import load_pem_public_key
+
+    try:
+        key = load_pem_public_key(text)
+    except (ValueError, TypeError) as error:
+        raise ValueError(f"aggregator key is not a PEM public key ({error})") from error
+    if not isinstance(key, Ed25519PublicKey):
+        raise ValueError("aggregator key is not an Ed25519 public key")
+    return key.public_bytes_raw()
