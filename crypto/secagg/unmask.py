@@ -58,17 +58,21 @@ def _reconstruct_all(
         data = b"".join(revealed[holder][owner] for holder in holders_key for owner in group)
         shares = np.frombuffer(data, dtype="<u4").astype(np.int64)
         shares = shares.reshape(len(holders_key), len(group), shamir.SECRET_CHUNKS)
-        try:
-            if bool(np.any(shares >= shamir.PRIME)):
-                raise shamir.ReconstructionError("share outside the field")
-            values = shamir.reconstruct(holders_key, shares)
-        except shamir.ReconstructionError:
+        if bool(np.any(shares >= shamir.PRIME)):
             return _aborted(
-                parameters,
-                AbortReason.INCONSISTENT_SHARES,
-                f"shares held by {len(holders_key)} members do not reconstruct "
-                f"secrets of members {group[:5]}{'...' if len(group) > 5 else ''}",
+                parameters, AbortReason.INCONSISTENT_SHARES, "a revealed share is outside the field"
             )
+        constants = shamir.interpolate(holders_key, shares)
+        values = []
+        for owner, chunks in zip(group, constants, strict=True):
+            try:
+                values.append(shamir.chunks_to_secret(chunks))
+            except shamir.ReconstructionError:
+                return _aborted(
+                    parameters,
+                    AbortReason.INCONSISTENT_SHARES,
+                    f"shares of the {kind_of[owner]} of member {owner} do not reconstruct a secret",
+                )
         secrets.update(zip(group, values, strict=True))
     return secrets
 

@@ -10,6 +10,7 @@ import pytest
 
 from crypto.hazmat import primitives
 from crypto.secagg import (
+    AbortReason,
     AggregateSum,
     ConsistencyCheckRequest,
     EncryptedShare,
@@ -20,8 +21,10 @@ from crypto.secagg import (
     Phase,
     Refusal,
     RemoteProtocolError,
+    RosterEntry,
     RoundAborted,
     RoundParameters,
+    SecAggClient,
     ServerMessage,
     ShareKeysRequest,
     ShareKind,
@@ -337,3 +340,39 @@ def test_low_order_public_keys_are_refused_by_server_and_client() -> None:
     drive(group, intercept=poison)
     # the forged entry fails its signature before its key is ever used
     assert refusal_of(group, 2) is Refusal.BAD_SIGNATURE
+
+
+def test_corrupted_key_share_aborts_the_round_instead_of_a_wrong_sum() -> None:
+    group = cohort()
+    receive = group.server.receive
+
+    def corrupt(message: object, now: float) -> object:
+        if isinstance(message, UnmaskResponse) and message.sender == 1:
+            shares = tuple(
+                dataclasses.replace(item, share=bytes(len(item.share)))
+                if item.kind is ShareKind.MASK_KEY
+                else item
+                for item in message.shares
+            )
+            message = dataclasses.replace(message, shares=shares)
+        return receive(message, now)  # type: ignore[arg-type]
+
+    group.server.receive = corrupt  # type: ignore[assignment,method-assign]
+    outcome = drive(group, {6: Phase.MASKED_INPUT_COLLECTION})
+    assert isinstance(outcome, RoundAborted)
+    assert outcome.reason is AbortReason.INCONSISTENT_SHARES
+    assert "member 6" in outcome.detail
+
+
+def test_client_refuses_messages_after_its_round_expired() -> None:
+    inputs = np.zeros(D, dtype=np.uint32)
+    identity = primitives.generate_signing_key()
+    directory = {1: primitives.public_signing_key(identity)}
+    parameters = RoundParameters(round=0, threshold=1, vector_length=D)
+    client = SecAggClient(parameters, 1, identity, directory, inputs, expires_at=10.0)
+    advert = client.advertise(5.0)
+    roster = (RosterEntry(1, advert.cipher_public_key, advert.mask_public_key, advert.signature),)
+    request = ShareKeysRequest(0, transcript.session_id(parameters, roster), 1, roster)
+    with pytest.raises(RemoteProtocolError) as late:
+        client.receive(request, 11.0)
+    assert late.value.refusal is Refusal.EXPIRED
