@@ -100,6 +100,7 @@ class ParticipantRunner:
         self._stop = threading.Event()
         self._transport: Transport | None = None
         self._generation = 0
+        self._turn = 0
 
     def stop(self) -> None:
         """Ask the loop to end (safe from a signal handler or another thread)."""
@@ -169,7 +170,16 @@ class ParticipantRunner:
             for session in self.sessions:
                 self._publish(transport, session, session.start())
         if not busy:
-            transport.keep_alive(self.config.poll_interval)
+            # wait for the next message on one queue (in turn), servicing the connection
+            waiting = self.sessions[self._turn % len(self.sessions)]
+            self._turn += 1
+            receive_one(
+                transport,
+                participant_queue(waiting.participant_id),
+                self._handler(transport, waiting),
+                INBOX,
+                timeout=self.config.poll_interval,
+            )
 
     def _handler(
         self, transport: Transport, session: ParticipantSession

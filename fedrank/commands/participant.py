@@ -78,6 +78,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="EPS,DELTA",
         help="stop voting once this (epsilon, delta) privacy budget is spent",
     )
+    parser.add_argument(
+        "--connect-attempts",
+        type=int,
+        default=8,
+        metavar="N",
+        help="broker connection attempts (exponential backoff) before giving up (8)",
+    )
     parser.add_argument("--model", default="firefox-2018", help="the model trained")
     parser.add_argument("--log-level", default="INFO", help="logging level (INFO)")
 
@@ -131,7 +138,9 @@ def _build(args: argparse.Namespace) -> ParticipantRunner:
     budget_values = _parse_budget(args.dp_budget)
     budget = None if budget_values is None else PrivacyBudget(*budget_values)
     try:
-        settings = RabbitMQSettings.from_url(args.amqp)
+        settings = RabbitMQSettings.from_url(
+            args.amqp, reconnect_attempts=max(1, args.connect_attempts)
+        )
         model = get_model(args.model)
         aggregator_key = load_aggregator_key(args.aggregator_key)
     except (ValueError, KeyError, StateError) as exc:
