@@ -166,10 +166,14 @@ class Coordinator:
             self._round.rejected(_category(reason))
 
     def abort(self, reason: str, now: float) -> Output:
-        """Give the open round up (shutdown): logged as aborted, model unchanged."""
+        """Give the open round up (shutdown) without opening another: an aborted record,
+        model unchanged. A round nobody has checked in to yet ends without a record."""
         if self._round is None:
             return Output()
-        return self._aborted(reason, now)
+        if not self._checkins:
+            self._round = None
+            return Output()
+        return self._aborted(reason, now, reopen=False)
 
     # --- input ------------------------------------------------------------------------
 
@@ -366,11 +370,14 @@ class Coordinator:
         self._round = None
         return self._then_open(RoundCompleted(record, self.model), now)
 
-    def _aborted(self, reason: str, now: float, phase: str | None = None) -> Output:
+    def _aborted(
+        self, reason: str, now: float, phase: str | None = None, *, reopen: bool = True
+    ) -> Output:
         assert self._round is not None
-        record = self._round.aborted(reason, phase or self.phase, now)
+        record = self._round.aborted(reason, phase or _PHASE_KEYS.get(self.phase, "?"), now)
         self._round = None
-        return self._then_open(RoundAborted(record, reason, self.model), now)
+        event = RoundAborted(record, reason, self.model)
+        return self._then_open(event, now) if reopen else Output(events=(event,))
 
     def _then_open(self, event: Event, now: float) -> Output:
         opened = self.open_round(now)
@@ -411,6 +418,9 @@ _SERVER_PHASE_NAMES = {
     secagg.Phase.FINISHED: "step",
 }
 _ORDER = list(secagg.Phase)
+_PHASE_KEYS = {"check-in": "check_in"} | {
+    phase.value: name for phase, name in _SERVER_PHASE_NAMES.items()
+}
 
 
 def _phase_name(phase: secagg.Phase) -> str:

@@ -18,20 +18,17 @@ from broker.codec import WireMessage, decode, encode
 from broker.messages import (
     PARTICIPANT_INBOX_TYPES,
     SUBMISSION_TYPES,
-    CheckIn,
     CohortInvitation,
     MaskedInput,
     ModelAnnouncement,
     ModelRequest,
     PrivacySettings,
-    SecAggRequest,
     submission_from_crypto,
-    verify_message,
 )
-from broker.payload import ParticipantMetrics, encode_input
 from broker.topology import DIRECT_EXCHANGE, MODEL_EXCHANGE
 from crypto.hazmat import primitives
 from frecency.registry import get_model
+from tests.unit.test_aggregator_support import Member
 
 SPEC = get_model("firefox-2018").spec
 D = SPEC.dimension
@@ -50,52 +47,6 @@ def make_coordinator(**changes: object) -> Coordinator:
     config = CoordinatorConfig(**settings)  # type: ignore[arg-type]
     model = ModelState(initial_state(SPEC, config.optimizer), version=0, next_round=1)
     return Coordinator(config, SPEC, KEY, model)
-
-
-@dataclass
-class Member:
-    """A participant reduced to what the wire needs: identity, vote, secagg client."""
-
-    pid: str
-    vote: np.ndarray
-    metrics: ParticipantMetrics = field(default_factory=lambda: ParticipantMetrics(2, 3.0, 8, 2, 9))
-    key: bytes = field(default_factory=primitives.generate_signing_key)
-    client: secagg.SecAggClient | None = None
-    stop_at: str | None = None  # message kind at which it goes silent
-    announcement: ModelAnnouncement | None = None
-
-    def check_in(self) -> CheckIn:
-        assert self.announcement is not None
-        return CheckIn(
-            round=self.announcement.round,
-            participant_id=self.pid,
-            identity_key=primitives.public_signing_key(self.key),
-            model_version=self.announcement.model_version,
-        )
-
-    def handle(self, message: WireMessage) -> WireMessage | None:
-        if self.stop_at == message.kind:
-            self.stop_at = "everything"
-        if self.stop_at == "everything":
-            return None
-        if isinstance(message, ModelAnnouncement):
-            assert verify_message(PUBLIC, message)
-            self.announcement = message
-            return None
-        if isinstance(message, CohortInvitation):
-            assert verify_message(PUBLIC, message)
-            inputs = encode_input(self.vote, self.metrics)
-            self.client = secagg.SecAggClient(
-                message.crypto_parameters(),
-                message.member,
-                self.key,
-                message.crypto_directory(),
-                inputs,
-            )
-            return submission_from_crypto(self.client.advertise(0.0), self.pid)
-        assert self.client is not None and isinstance(message, SecAggRequest)
-        reply = self.client.receive(message.to_crypto(), 0.0)
-        return submission_from_crypto(reply, self.pid)
 
 
 @dataclass
@@ -166,7 +117,7 @@ def harness(
 ) -> Harness:
     rng = np.random.default_rng(11)  # votes are test data, not keys
     members = {
-        f"p{i}": Member(f"p{i}", (votes or {}).get(f"p{i}", rng.integers(-1, 2, D)))
+        f"p{i}": Member(f"p{i}", (votes or {}).get(f"p{i}", rng.integers(-1, 2, D)), PUBLIC)
         for i in range(count)
     }
     return Harness(make_coordinator(**config), members)
