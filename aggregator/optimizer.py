@@ -81,13 +81,16 @@ class RpropConfig:
     @classmethod
     def default(cls) -> RpropConfig:
         """The relative bound: log-space steps from 0.05 up to 0.1 (a weight changes by at
-        most ~10.5 % a round, every page score by at most ~22 %), floor 1 unit."""
+        most ~10.5 % a round, every page score by at most ~22 %), floor 1 unit, and a
+        weight moves only when the net vote is at least 5 % of the voters (stops the
+        1-unit limit cycles of small integer weights; docs/optimizer.md)."""
         return cls(
             mode="relative",
             initial_step=0.05,
             min_step=0.005,
             max_step=0.1,
             floor_units=1.0,
+            min_agreement=0.05,
         )
 
 
