@@ -79,7 +79,7 @@ class SimulationConfig:
     margin: float = DEFAULT_MARGIN
     #: ``"svm"``: the shipped loss; ``"relative"``: scores divided by the selected one's
     #: (invariant to the model's overall scale; see frecency.learning.ranking_losses).
-    loss: LossName = "svm"
+    loss: LossName = "relative"
     epsilon: float = DEFAULT_EPSILON
     #: ``int(Exponential(scale)) + 1`` interactions per participant and round.
     interactions_scale: float = 0.8

@@ -28,8 +28,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--loss",
         choices=("svm", "relative"),
-        default="svm",
-        help="svm: the shipped loss; relative: scores divided by the selected one's",
+        default="relative",
+        help="svm: the shipped loss; relative (default): scores divided by the selected "
+        "row's score, invariant to the model's scale (docs/simulation.md)",
     )
     parser.add_argument("--held-out-people", type=int, default=300)
     parser.add_argument("--json", type=Path, default=None, help="write the results here")

@@ -205,3 +205,4 @@ def test_simulate_command_writes_json(tmp_path: Path, capsys: pytest.CaptureFixt
 def test_simulate_command_rejects_bad_sizes(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["simulate", "--participants", "10", "--per-round", "20"]) == 2
     assert "per_round" in capsys.readouterr().err
+
