@@ -66,7 +66,7 @@ from crypto.secagg import (
 from frecency.learning import DEFAULT_MARGIN
 from participant.history import HistorySource, PlacesSource
 from participant.privacy import privatize, refusal, round_cost
-from participant.signal import compute_contribution
+from participant.signal import DEFAULT_LOSS, LossKind, compute_contribution
 from participant.state import ParticipantRecord
 
 logger = logging.getLogger("fedrank.participant")
@@ -111,6 +111,7 @@ class SessionConfig:
     participant_id: str
     aggregator_key: bytes
     margin: float = DEFAULT_MARGIN
+    loss: LossKind = DEFAULT_LOSS
 
 
 class ParticipantSession:
@@ -297,7 +298,7 @@ class ParticipantSession:
             return []
         pending = self.history.pending(current.weights)
         contribution = compute_contribution(
-            self.history.model, pending, current.weights, self.config.margin
+            self.history.model, pending, current.weights, self.config.margin, self.config.loss
         )
         sent_vote = privatize(contribution.vote, settings, self._dp_random)
         client = SecAggClient(

@@ -3,7 +3,9 @@ from the interactions since its last contribution, under the announced weights, 
 ternary vote and the metrics reported with it inside the secure sum.
 
 The vote is ``frecency.learning.vote`` of the summed central-difference gradient of the
-pointwise SVM loss (``-sign``, so +1 means "increase this weight"). The metrics are this
+pointwise SVM loss (``-sign``, so +1 means "increase this weight"); by default the
+*relative* SVM loss (``frecency.learning.ranking_losses(relative=True)``), as the
+simulation uses, or the shipped plain one (``loss="svm"``). The metrics are this
 participant's *totals* (the aggregator divides the summed totals by the summed
 interaction count): interactions, SVM loss at the announced weights, characters typed
 before selecting, 1-based rank selected, suggestions displayed
@@ -15,6 +17,7 @@ one participant cannot dominate the totals, is the payload encoder's job
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 from numpy.typing import NDArray
@@ -25,6 +28,10 @@ from frecency.model import FrecencyModel
 from participant.history import PendingInteractions
 
 IntArray = NDArray[np.int64]
+LossKind = Literal["svm", "relative"]
+#: The simulation's default (``fedrank simulate --loss``): scores divided by the selected
+#: suggestion's score, so the vote carries the ranking, not the model's overall scale.
+DEFAULT_LOSS: LossKind = "relative"
 FloatArray = NDArray[np.float64]
 
 
@@ -41,11 +48,17 @@ def compute_contribution(
     pending: PendingInteractions,
     weights: FloatArray,
     margin: float = DEFAULT_MARGIN,
+    loss: LossKind = DEFAULT_LOSS,
 ) -> Contribution:
     """The vote and totals of ``pending`` under ``weights`` (pure)."""
     interactions = pending.interactions
     result = loss_and_gradient(
-        model, pending.batch, np.asarray(weights, dtype=np.float64), list(interactions), margin
+        model,
+        pending.batch,
+        np.asarray(weights, dtype=np.float64),
+        list(interactions),
+        margin,
+        relative=loss == "relative",
     )
     metrics = ParticipantMetrics(
         interactions=len(interactions),

@@ -86,7 +86,9 @@ def test_synthetic_history_accumulates_until_contributed() -> None:
 def test_contribution_is_the_sign_of_the_descent_direction() -> None:
     pending = synthetic_interactions(5, "c-0", MODEL, [(1, DEFAULTS), (2, DEFAULTS)], 3)
     contribution = compute_contribution(MODEL, pending, DEFAULTS)
-    expected = loss_and_gradient(MODEL, pending.batch, DEFAULTS, list(pending.interactions))
+    expected = loss_and_gradient(
+        MODEL, pending.batch, DEFAULTS, list(pending.interactions), relative=True
+    )
     assert np.array_equal(contribution.vote, vote(expected.gradient))
     assert set(contribution.vote.tolist()) <= {-1, 0, 1}
     metrics = contribution.metrics
@@ -95,6 +97,16 @@ def test_contribution_is_the_sign_of_the_descent_direction() -> None:
     assert metrics.chars_typed == sum(i.chars_typed for i in pending.interactions)
     assert metrics.rank_selected == sum(i.selected + 1 for i in pending.interactions)
     assert metrics.suggestions_displayed == sum(len(i.shown) for i in pending.interactions)
+
+
+def test_contribution_with_the_shipped_loss() -> None:
+    pending = synthetic_interactions(5, "c-1", MODEL, [(1, DEFAULTS)], 4)
+    plain = compute_contribution(MODEL, pending, DEFAULTS, loss="svm")
+    expected = loss_and_gradient(MODEL, pending.batch, DEFAULTS, list(pending.interactions))
+    assert np.array_equal(plain.vote, vote(expected.gradient))
+    assert plain.metrics.loss == pytest.approx(expected.loss)
+    relative = compute_contribution(MODEL, pending, DEFAULTS)
+    assert relative.metrics.loss != pytest.approx(plain.metrics.loss)
 
 
 # --- a real profile ---------------------------------------------------------------------
