@@ -19,6 +19,7 @@ The model starts from the spec defaults. Everything is drawn from one ``seed``.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -76,6 +77,9 @@ class SimulationConfig:
     preference: Preference = "paper"
     model: str = "firefox-2018"
     optimizer: OptimizerName = "relative"
+    #: The optimizer's dead band: a weight moves only where |vote total| / voters >= this
+    #: (RpropConfig.min_agreement; 0.1 here, see docs/simulation.md "Results").
+    min_agreement: float = 0.1
     margin: float = DEFAULT_MARGIN
     #: ``"svm"``: the shipped loss; ``"relative"``: scores divided by the selected one's
     #: (invariant to the model's overall scale; see frecency.learning.ranking_losses).
@@ -100,7 +104,8 @@ class SimulationConfig:
             raise ValueError(f"unknown loss {self.loss!r}")
 
     def rprop(self) -> RpropConfig:
-        return RpropConfig.deployed() if self.optimizer == "deployed" else RpropConfig.default()
+        base = RpropConfig.deployed() if self.optimizer == "deployed" else RpropConfig.default()
+        return dataclasses.replace(base, min_agreement=self.min_agreement)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -111,6 +116,7 @@ class SimulationConfig:
             "preference": self.preference,
             "model": self.model,
             "optimizer": self.optimizer,
+            "min_agreement": self.min_agreement,
             "margin": self.margin,
             "loss": self.loss,
             "epsilon": self.epsilon,

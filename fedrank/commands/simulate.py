@@ -24,6 +24,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preference", choices=("paper", "firefox"), default="paper")
     parser.add_argument("--model", choices=MODEL_NAMES, default="firefox-2018")
     parser.add_argument("--optimizer", choices=("relative", "deployed"), default="relative")
+    parser.add_argument(
+        "--min-agreement",
+        type=float,
+        default=0.1,
+        help="optimizer dead band: move a weight only where |votes| / voters >= this",
+    )
     parser.add_argument("--margin", type=float, default=0.0)
     parser.add_argument(
         "--loss",
@@ -83,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
             preference=args.preference,
             model=args.model,
             optimizer=args.optimizer,
+            min_agreement=args.min_agreement,
             margin=args.margin,
             loss=args.loss,
             held_out_people=args.held_out_people,
