@@ -98,6 +98,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "[FEDRANK_TRUST_BROKER_USER_IDS, on unless the aggregator's user is guest]")  # fmt: skip
     add("--export-key", action="store_true",
         help="print the public key participants pin (PEM), made if needed, and exit")  # fmt: skip
+    add("--connect-attempts", type=int, default=_env("FEDRANK_CONNECT_ATTEMPTS", "8"),
+        metavar="N", help="broker connection attempts (with backoff) before giving up "
+        "[FEDRANK_CONNECT_ATTEMPTS, 8]")  # fmt: skip
     add("--log-level", default=_env("FEDRANK_LOG_LEVEL", "INFO"),
         help="logging level [FEDRANK_LOG_LEVEL, INFO]")  # fmt: skip
 
@@ -173,7 +176,9 @@ def _serve(args: argparse.Namespace, state: StateDirectory, config: CoordinatorC
     stop = threading.Event()
     _on_signals(stop.set)
     try:
-        settings = RabbitMQSettings.from_url(args.amqp)
+        settings = RabbitMQSettings.from_url(
+            args.amqp, reconnect_attempts=max(1, args.connect_attempts)
+        )
         transport = RabbitMQTransport(settings)
     except ValueError as error:
         return _fail(f"bad --amqp URL: {error}")
