@@ -154,9 +154,8 @@ class ParticipantRunner:
         assert transport is not None
         busy = False
         for session in self.sessions:
-            queue = participant_queue(session.participant_id)
             for _ in range(self.config.messages_per_poll):
-                outcome = receive_one(transport, queue, self._handler(transport, session), INBOX)
+                outcome = self._receive(transport, session, 0.0)
                 if outcome is Outcome.EMPTY:
                     break
                 busy = True
@@ -173,13 +172,21 @@ class ParticipantRunner:
             # wait for the next message on one queue (in turn), servicing the connection
             waiting = self.sessions[self._turn % len(self.sessions)]
             self._turn += 1
-            receive_one(
-                transport,
-                participant_queue(waiting.participant_id),
-                self._handler(transport, waiting),
-                INBOX,
-                timeout=self.config.poll_interval,
-            )
+            self._receive(transport, waiting, self.config.poll_interval)
+
+    def _receive(
+        self, transport: Transport, session: ParticipantSession, timeout: float
+    ) -> Outcome | None:
+        """One message for ``session``; None if handling it failed (a bug, not bad input:
+        ``receive_one`` logged it with its traceback and requeued it once), so that one
+        participant's failure does not stop the others."""
+        queue = participant_queue(session.participant_id)
+        try:
+            return receive_one(transport, queue, self._handler(transport, session), INBOX, timeout)
+        except BrokerError:
+            raise
+        except Exception:
+            return None
 
     def _handler(
         self, transport: Transport, session: ParticipantSession

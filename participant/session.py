@@ -52,7 +52,7 @@ from broker.messages import (
     submission_from_crypto,
     verify_message,
 )
-from broker.payload import encode_input, input_length
+from broker.payload import PayloadError, encode_input, input_length
 from crypto.accountant import RdpCurve
 from crypto.dp import SYSTEM_RANDOM, RandomSource
 from crypto.hazmat import primitives
@@ -296,20 +296,24 @@ class ParticipantSession:
         if reason is not None:
             self._end(current, Stage.ENDED, f"invitation declined: {reason}")
             return []
-        pending = self.history.pending(current.weights)
-        contribution = compute_contribution(
-            self.history.model, pending, current.weights, self.config.margin, self.config.loss
-        )
-        sent_vote = privatize(contribution.vote, settings, self._dp_random)
-        client = SecAggClient(
-            message.crypto_parameters(),
-            message.member,
-            self.record.identity_key,
-            message.crypto_directory(),
-            encode_input(sent_vote, contribution.metrics),
-            expires_at=now + message.expires_in,
-            random=self._secagg_random,
-        )
+        try:
+            pending = self.history.pending(current.weights)
+            contribution = compute_contribution(
+                self.history.model, pending, current.weights, self.config.margin, self.config.loss
+            )
+            sent_vote = privatize(contribution.vote, settings, self._dp_random)
+            client = SecAggClient(
+                message.crypto_parameters(),
+                message.member,
+                self.record.identity_key,
+                message.crypto_directory(),
+                encode_input(sent_vote, contribution.metrics),
+                expires_at=now + message.expires_in,
+                random=self._secagg_random,
+            )
+        except (PayloadError, LocalProtocolError, ValueError) as error:
+            self._end(current, Stage.ENDED, f"abandoned: no input for the invitation: {error}")
+            return []
         current.client, current.member = client, message.member
         current.stage = Stage.AGGREGATING
         current.ends_at = now + message.expires_in

@@ -39,7 +39,12 @@ from broker.transport import Transport
 from crypto.hazmat import primitives
 from crypto.secagg import AggregateSum, RoundAborted, SecAggServer, ServerStep
 from frecency.registry import get_model
-from participant.history import SyntheticHistory, SyntheticPerson, synthetic_interactions
+from participant.history import (
+    PendingInteractions,
+    SyntheticHistory,
+    SyntheticPerson,
+    synthetic_interactions,
+)
 from participant.runner import ParticipantRunner, RunnerConfig
 from participant.session import ParticipantSession, SessionConfig
 from participant.signal import compute_contribution
@@ -56,10 +61,13 @@ class StandInAggregator:
     """Just enough aggregator for one round at a time: announce, collect check-ins, invite,
     run a SecAggServer over the transport. Signs with its own Ed25519 key."""
 
-    def __init__(self, transport: Transport, key: bytes, timeout: float = 30.0) -> None:
+    def __init__(
+        self, transport: Transport, key: bytes, timeout: float = 30.0, phase_timeout: float = 5.0
+    ) -> None:
         self.transport = transport
         self.key = key
         self.timeout = timeout
+        self.phase_timeout = phase_timeout
         self.requests: list[ModelRequest] = []
         self.rejected: list[str] = []
         declare_core(transport)
@@ -150,7 +158,7 @@ class StandInAggregator:
                     invitation.crypto_parameters(),
                     invitation.crypto_directory(),
                     now=time.monotonic(),
-                    phase_timeout=5.0,
+                    phase_timeout=self.phase_timeout,
                 )
             self.transport.publish(DIRECT_EXCHANGE, entry.participant_id, invitation)
         assert server is not None
@@ -271,3 +279,32 @@ def test_garbage_in_a_queue_is_rejected_and_the_round_goes_on() -> None:
     assert isinstance(outcome, AggregateSum)
     thread.join(timeout=10)
     assert not thread.is_alive()
+
+
+class BrokenHistory(SyntheticHistory):
+    """A history whose computation fails (a bug): only its participant may suffer."""
+
+    def pending(self, weights: np.ndarray) -> PendingInteractions:
+        raise RuntimeError("simulated bug in the history source")
+
+
+def test_one_failing_participant_does_not_stop_the_others() -> None:
+    broker = MemoryBroker()
+    key = primitives.generate_signing_key()
+    ids = [f"f-{i}" for i in range(4)]
+    sessions = make_sessions(ids, 8, primitives.public_signing_key(key))
+    broken = sessions[0]
+    broken.history = BrokenHistory(SyntheticPerson(8, ids[0], MODEL, per_round=2))
+    runner = ParticipantRunner(sessions, broker.connect, RunnerConfig(poll_interval=0.01))
+    aggregator = StandInAggregator(broker.connect(), key, phase_timeout=1.0)
+    thread = run_in_thread(runner)
+    try:
+        aggregator.wait_requests(set(ids))
+        outcome = aggregator.run_round(1, MODEL.spec.defaults(), set(ids), threshold=3)
+        assert isinstance(outcome, AggregateSum)
+        votes, _ = decode_total(outcome.total, D)
+        assert np.array_equal(votes, expected_vote_total(8, ids[1:], [1]))
+        assert thread.is_alive()
+    finally:
+        runner.stop()
+        thread.join(timeout=10)
