@@ -53,7 +53,7 @@ from broker.messages import (
     ModelRequest,
     SecAggParameters,
     SecAggSubmission,
-    request_from_crypto,
+    requests_from_crypto,
     sign_message,
 )
 from broker.payload import PayloadError, decode_total, input_length
@@ -177,8 +177,11 @@ class Coordinator:
 
     # --- input ------------------------------------------------------------------------
 
-    def receive(self, message: WireMessage, user_id: str | None, now: float) -> Output:
-        """Handle one decoded submission from a participant."""
+    def receive(
+        self, message: WireMessage, user_id: str | None, now: float, body: bytes | None = None
+    ) -> Output:
+        """Handle one decoded submission from a participant (``body``: its wire bytes, to
+        recognise a duplicate without encoding it again)."""
         participant = getattr(message, "participant_id", None)
         if not isinstance(participant, str):
             return self._reject(message, None, user_id, "message names no participant")
@@ -194,7 +197,8 @@ class Coordinator:
         if message.round != self._round.number:
             reason = f"wrong round: {message.kind} for round {message.round}"
             return self._reject(message, participant, user_id, reason)
-        digest = hashlib.sha256((user_id or "").encode() + b"\0" + encode(message)).digest()
+        wire = body if body is not None else encode(message)
+        digest = hashlib.sha256((user_id or "").encode() + b"\0" + wire).digest()
         if digest in self._seen:
             return self._reject(message, participant, user_id, "duplicate: already handled")
         if isinstance(message, CheckIn):
@@ -325,12 +329,8 @@ class Coordinator:
     def _take_step(self, step: secagg.ServerStep, now: float) -> Output:
         assert self._round is not None and self._server is not None
         messages = tuple(
-            Outgoing(
-                DIRECT_EXCHANGE,
-                self._members[request.recipient],
-                request_from_crypto(request, self._members[request.recipient]),
-            )
-            for request in step.messages
+            Outgoing(DIRECT_EXCHANGE, request.participant_id, request)
+            for request in requests_from_crypto(step.messages, self._members)
         )
         if messages:
             self._round.phase_ended(_phase_before(self._server.phase), now)

@@ -167,7 +167,7 @@ class AggregatorService:
         def handle(message: WireMessage, delivery: Delivery) -> None:
             started = self._clock()
             output = self._expensive(
-                lambda: self.coordinator.receive(message, delivery.user_id, started)
+                lambda: self.coordinator.receive(message, delivery.user_id, started, delivery.body)
             )
             outputs.append((output, started))
 

@@ -19,10 +19,13 @@ signatures over announcements and invitations (``sign_message`` / ``verify_messa
 
 from __future__ import annotations
 
+import functools
 import itertools
-from typing import Annotated, ClassVar, Literal, TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 import numpy as np
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 import crypto.secagg as secagg
@@ -638,6 +641,55 @@ def request_from_crypto(message: secagg.ServerMessage, participant_id: str) -> S
     return UnmaskRequest.from_crypto(message, participant_id)
 
 
+def requests_from_crypto(
+    messages: Sequence[secagg.ServerMessage], participant_of: Mapping[int, str]
+) -> list[SecAggRequest]:
+    """Wrap a batch of server messages (one phase's, to every member), converting the
+    roster and signature lists they share only once: O(n) instead of O(n^2) models."""
+    shared: dict[int, tuple[object, tuple[Any, ...]]] = {}
+
+    def once(source: tuple[Any, ...], convert: Callable[[Any], Any]) -> tuple[Any, ...]:
+        hit = shared.get(id(source))
+        if hit is None or hit[0] is not source:
+            hit = (source, tuple(convert(item) for item in source))
+            shared[id(source)] = hit
+        return hit[1]
+
+    wrapped: list[SecAggRequest] = []
+    for message in messages:
+        pid = participant_of[message.recipient]
+        if isinstance(message, secagg.ShareKeysRequest):
+            roster = once(message.roster, RosterEntry.from_crypto)
+            wrapped.append(
+                ShareKeysRequest(
+                    round=message.round,
+                    session=message.session_id,
+                    participant_id=pid,
+                    member=message.recipient,
+                    roster=roster,
+                )
+            )
+        elif isinstance(message, secagg.UnmaskRequest):
+            signatures = once(
+                message.signatures,
+                lambda s: MemberSignature(member=s.member, signature=s.signature),
+            )
+            wrapped.append(
+                UnmaskRequest(
+                    round=message.round,
+                    session=message.session_id,
+                    participant_id=pid,
+                    member=message.recipient,
+                    survivors=message.survivors,
+                    dropped=message.dropped,
+                    signatures=signatures,
+                )
+            )
+        else:
+            wrapped.append(request_from_crypto(message, pid))
+    return wrapped
+
+
 def submission_from_crypto(message: secagg.ClientMessage, participant_id: str) -> SecAggSubmission:
     """Wrap a crypto.secagg client message sent by ``participant_id``."""
     if isinstance(message, secagg.AdvertiseKeys):
@@ -656,9 +708,14 @@ def submission_from_crypto(message: secagg.ClientMessage, participant_id: str) -
 Signed = TypeVar("Signed", ModelAnnouncement, CohortInvitation)
 
 
+@functools.lru_cache(maxsize=8)
+def _signing_key(private_key: bytes) -> Ed25519PrivateKey:
+    return Ed25519PrivateKey.from_private_bytes(private_key)
+
+
 def sign_message(private_key: bytes, message: Signed) -> Signed:
     """``message`` with its ``signature`` set: Ed25519 over its ``signing_payload()``."""
-    signature = primitives.sign(private_key, message.signing_payload())
+    signature = _signing_key(private_key).sign(message.signing_payload())
     return message.model_copy(update={"signature": signature})
 
 

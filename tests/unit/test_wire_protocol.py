@@ -29,6 +29,7 @@ from broker.messages import (
     SecAggParameters,
     SecureAggregationSettings,
     request_from_crypto,
+    requests_from_crypto,
     sign_announcement,
     sign_message,
     submission_from_crypto,
@@ -129,6 +130,9 @@ def test_a_secure_round_whose_every_message_crosses_the_wire_sums_the_inputs(
         to_server(client.advertise(0.0), member)
     while not outcome:
         batch, outbox[:] = outbox[:], []
+        assert requests_from_crypto(batch, members) == [
+            request_from_crypto(request, members[request.recipient]) for request in batch
+        ]
         for request in batch:
             wrapped = through_wire(request_from_crypto(request, members[request.recipient]))
             assert wrapped.participant_id == members[request.recipient]  # type: ignore[attr-defined]
