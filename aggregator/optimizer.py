@@ -82,7 +82,7 @@ class RpropConfig:
     def default(cls) -> RpropConfig:
         """The relative bound: log-space steps from 0.05 up to 0.1 (a weight changes by at
         most ~10.5 % a round, every page score by at most ~22 %), floor 1 unit, and a
-        weight moves only when the net vote is at least 5 % of the voters (stops the
+        weight moves only when the net vote is at least 10 % of the voters (stops the
         1-unit limit cycles of small integer weights; docs/optimizer.md)."""
         return cls(
             mode="relative",
@@ -90,7 +90,7 @@ class RpropConfig:
             min_step=0.005,
             max_step=0.1,
             floor_units=1.0,
-            min_agreement=0.05,
+            min_agreement=0.1,
         )
 
 

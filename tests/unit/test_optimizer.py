@@ -339,10 +339,10 @@ def test_noise_slack_widens_the_poisoning_bound_for_noisy_sums() -> None:
     assert "is -16, outside [-15, 15] for 10 voters" in beyond.reason
 
 
-def test_default_ignores_a_net_vote_below_five_percent() -> None:
+def test_default_ignores_a_net_vote_below_ten_percent() -> None:
     config = RpropConfig.default()
     state = initial_state(SPEC, config)
-    weak = apply_votes(SPEC, config, state, votes(typedVisitBonus=-1, linkVisitBonus=2), 40)
+    weak = apply_votes(SPEC, config, state, votes(typedVisitBonus=-3, linkVisitBonus=4), 40)
     assert isinstance(weak, StepApplied)
     assert weak.direction[TYPED] == 0 and weak.moved[TYPED] == 0.0
     assert weak.direction[LINK] == 1 and weak.moved[LINK] == 5.0  # 100 * (e^0.05 - 1) = 5.1
