@@ -37,7 +37,13 @@ from broker.topology import (
 )
 from broker.transport import Transport
 from crypto.hazmat import primitives
-from crypto.secagg import AggregateSum, RoundAborted, SecAggServer, ServerStep
+from crypto.secagg import (
+    AggregateSum,
+    RemoteProtocolError,
+    RoundAborted,
+    SecAggServer,
+    ServerStep,
+)
 from frecency.registry import get_model
 from participant.history import (
     PendingInteractions,
@@ -177,7 +183,10 @@ class StandInAggregator:
                 raise AssertionError(f"round {round_number} did not finish in {server.phase}")
             reply = self._next(min(until, server.deadline))
             if isinstance(reply, SecAggSubmission) and reply.round == round_number:
-                take(server.receive(reply.to_crypto(), time.monotonic()))
+                try:
+                    take(server.receive(reply.to_crypto(), time.monotonic()))
+                except RemoteProtocolError as refused:  # e.g. too late for its phase
+                    self.rejected.append(str(refused))
             take(server.tick(time.monotonic()))
             if on_phase is not None and server.phase != phase:
                 phase = server.phase
