@@ -30,7 +30,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -252,9 +252,11 @@ class PlacesSource:
         path: str | os.PathLike[str],
         model: FrecencyModel,
         contributed: Mapping[tuple[str, str], float] | None = None,
+        clock_us: Callable[[], int] = lambda: time.time_ns() // 1000,
     ) -> None:
         self.path = Path(path)
         self._model = model
+        self._clock_us = clock_us
         self._contributed: dict[tuple[str, str], float] = dict(contributed or {})
         self._mtime = self.path.stat().st_mtime_ns
         self._places = read_places(self.path)
@@ -288,7 +290,7 @@ class PlacesSource:
     def pending(self, weights: FloatArray) -> PendingInteractions:
         self._offered = self._new()
         return places_interactions(
-            self._places, self._model, weights, time.time_ns() // 1000, self._offered
+            self._places, self._model, weights, self._clock_us(), self._offered
         )
 
     def mark_contributed(self) -> None:

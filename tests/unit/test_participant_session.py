@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -31,11 +32,14 @@ from broker.payload import decode_total, encode_input, input_length
 from crypto.accountant import PrivacyBudget
 from crypto.hazmat import primitives
 from crypto.secagg import AggregateSum, RoundAborted, SecAggServer, ServerStep
+from frecency.places import read_places
 from frecency.registry import get_model
 from participant.history import (
     PendingInteractions,
+    PlacesSource,
     SyntheticHistory,
     SyntheticPerson,
+    places_interactions,
     synthetic_interactions,
 )
 from participant.session import ParticipantSession, SessionConfig, Stage
@@ -43,6 +47,7 @@ from participant.signal import compute_contribution
 from participant.state import ParticipantRecord, ParticipantStore
 
 MODEL = get_model("firefox-2018")
+PLACES_FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "places" / "places.sqlite"
 D = MODEL.spec.dimension
 SEED = 11
 AGGREGATOR_KEY = primitives.generate_signing_key()
@@ -483,3 +488,25 @@ def test_start_asks_for_the_model() -> None:
 def test_pending_interactions_type() -> None:
     pending = synthetic_interactions(SEED, "x-0", MODEL, [(1, MODEL.spec.defaults())], 3)
     assert isinstance(pending, PendingInteractions) and len(pending.interactions) == 3
+
+
+def test_a_places_participant_and_a_synthetic_one_in_one_round() -> None:
+    places = read_places(PLACES_FIXTURE)
+    now_us = places.newest_visit_us or 0
+    from_places = ParticipantSession(
+        SessionConfig("firefox-0", AGGREGATOR_PUBLIC),
+        PlacesSource(PLACES_FIXTURE, MODEL, clock_us=lambda: now_us),
+        ParticipantRecord(primitives.generate_signing_key()),
+    )
+    sessions = {"firefox-0": from_places, "p-0": session("p-0")}
+    stand_in = run_round(sessions, 1, threshold=2)
+    assert isinstance(stand_in.outcome, AggregateSum)
+    votes, totals = decode_total(stand_in.outcome.total, D)
+    weights = MODEL.spec.defaults()
+    expected = compute_contribution(
+        MODEL, places_interactions(places, MODEL, weights, now_us), weights
+    )
+    assert np.array_equal(votes, expected.vote + independent_vote("p-0", [1])[0])
+    assert totals.interactions == 3 + 2
+    # its input history is contributed: nothing new for the next round
+    assert from_places.receive(announcement(2), 1.0) == []
