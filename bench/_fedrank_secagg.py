@@ -199,18 +199,19 @@ def run_fedrank(
     payload: dict[int, int] = defaultdict(int)
     server_wall: dict[str, float] = defaultdict(float)
     server_cpu: dict[str, float] = defaultdict(float)
-    profiler = cProfile.Profile() if profile_unmask else None
+    profiler = cProfile.Profile(time.process_time) if profile_unmask else None
 
     def timed_server(call: Any, *args: Any) -> ServerStep:
         phase = server.phase
-        if profiler is not None and phase is Phase.UNMASKING:
-            profiler.enable()
+        active = profiler if phase is Phase.UNMASKING else None
         wall, cpu = time.perf_counter(), time.process_time()
+        if active is not None:
+            active.enable()
         step: ServerStep = call(*args)
+        if active is not None:
+            active.disable()
         server_wall[phase.value] += time.perf_counter() - wall
         server_cpu[phase.value] += time.process_time() - cpu
-        if profiler is not None:
-            profiler.disable()
         return step
 
     pending: list[ServerMessage] = []
