@@ -118,7 +118,7 @@ def format_evaluation(result: Evaluation, people: int, queries: int) -> str:
         f"held-out: {people} synthetic people x {queries} queries, model {result.model} "
         f"version {result.version} after {result.rounds_completed} completed of "
         f"{result.rounds_logged} logged rounds",
-        f"{'':<9}{'chars typed':>13}{'rank selected':>15}{'top-1 acc':>11}{'loss':>11}",
+        f"{'':<9}{'chars typed':>13}{'rank (0=top)':>15}{'top-1 acc':>11}{'loss':>11}",
     ]
     for label, metrics in (
         ("initial", result.initial),
