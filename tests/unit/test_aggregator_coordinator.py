@@ -319,3 +319,28 @@ def test_secagg_messages_from_outside_the_cohort_or_with_a_wrong_member_id_are_r
     assert reason("p0", member_of_p0 % 6 + 1).startswith("wrong member id")
     assert "signature does not verify" in reason("p0", member_of_p0)
     assert h.coordinator.phase == "AdvertiseKeys"
+
+
+def test_wrong_session_and_retried_secagg_messages_are_rejected_and_the_round_goes_on() -> None:
+    h = harness()
+    h.deliver(h.coordinator.open_round(0.0))
+    adverts: list[tuple[str, WireMessage]] = []
+    for pid, member in h.members.items():
+        adverts += h.deliver(h.submit(pid, member.check_in()))
+    share_requests: list[tuple[str, WireMessage]] = []
+    for pid, advert in adverts:
+        share_requests += h.deliver(h.submit(pid, advert))
+    (first_pid, first_shares), *rest = share_requests
+    assert first_shares.kind == "secagg-encrypted-shares"
+    forged = first_shares.model_copy(update={"session": b"\x01" * 32})
+    (event,) = h.submit(first_pid, forged).events
+    assert isinstance(event, MessageRejected) and event.reason.startswith("wrong session")
+    assert not h.submit(first_pid, first_shares).events
+    (event,) = h.submit(first_pid, first_shares).events  # retried after a reconnect
+    assert isinstance(event, MessageRejected) and event.reason.startswith("duplicate")
+    pending: list[tuple[str, WireMessage]] = []
+    for pid, shares in rest:
+        pending += h.deliver(h.submit(pid, shares))
+    ended = h.run_round(check_in=[], pending=pending)
+    assert isinstance(ended, RoundCompleted) and ended.record.survived == 6
+    assert ended.record.rejected_reasons == {"duplicate": 1, "wrong session": 1}
