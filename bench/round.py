@@ -1,0 +1,281 @@
+"""A secure round over RabbitMQ on loopback (the stack issue, "bench/round.py"; DESIGN.md
+section 5, the round; section 6, SecAgg+).
+
+For each cohort size n (10, 50, 100, 200) and each graph (SecAgg+ and the full graph),
+it starts a real ``fedrank aggregator`` and n synthetic participants in a few
+``fedrank participant --count`` processes (one participant per process for n = 10) on a
+fresh vhost of the local broker, runs ``--rounds`` secure rounds with cohort = n and
+quorum t = floor(n/2) + 1, d = 22 (firefox-2018), nobody dropping, and prints JSON:
+
+- latency of the last round by phase (the aggregator's round log ``phase_seconds``) and
+  ``protocol_seconds``, their sum from the first check-in to the published step. Phases
+  end as soon as every member answered, so when nobody drops no deadline is waited for
+  (``deadline_hit`` says whether any phase reached its deadline);
+- messages and bytes each participant *sent* in that round (its own log lines
+  ``sent KIND of round R (N bytes)``) and *received* (a mirror queue bound to
+  ``fedrank.model`` and to ``fedrank.direct`` with every participant's routing key counts
+  what the aggregator addressed to each); mean and max over participants;
+- peak resident memory (``VmHWM`` from ``/proc/<pid>/status``) of the aggregator and of
+  each participant process (with how many participants it holds); the n = 10 points give
+  the one-participant process.
+
+Targets (the issue): a 100-participant secure round in under 2 s of protocol time;
+cost per participant growing no faster than n log n with SecAgg+; a participant process
+under 100 MB.
+
+Run from the repository root, with a broker on 127.0.0.1:5672 (scripts/_env.sh
+``ensure_rabbitmq``) and rabbitmqctl on the PATH::
+
+    .venv/bin/python bench/round.py [--sizes 10,50,100,200] [--graphs plus,full] > round.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import re
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from broker.topology import DIRECT_EXCHANGE, MODEL_EXCHANGE, participant_queue  # noqa: E402
+from tests.integration.stack import (  # noqa: E402
+    Stack,
+    StackProcess,
+    bindings,
+    declare_core_topology,
+    fresh_vhost,
+    vhost_url,
+)
+
+SENT = re.compile(r"(\S+): sent (\S+) of round (\d+) \((\d+) bytes\)")
+GRAPH_FLAGS = {"plus": ("--secagg-plus",), "full": ()}
+#: Participants per process above n = 10 (a 2-core machine runs ~10 processes well).
+PROCESSES = 10
+
+
+class Mirror:
+    """Counts what the aggregator sends to each participant: one queue bound to the model
+    fanout and to ``fedrank.direct`` with every participant's routing key."""
+
+    def __init__(self, amqp_url: str, participant_ids: list[str]) -> None:
+        import pika
+
+        self.ids = set(participant_ids)
+        self.fanout: list[tuple[int, int]] = []  # (round, bytes) of every announcement
+        self.direct: dict[str, list[tuple[int, int]]] = {pid: [] for pid in participant_ids}
+        self._connection = pika.BlockingConnection(pika.URLParameters(amqp_url))
+        channel = self._connection.channel()
+        queue = "bench.mirror"
+        channel.queue_declare(queue, durable=False, exclusive=True)
+        channel.queue_bind(queue, MODEL_EXCHANGE)
+        for pid in participant_ids:
+            channel.queue_bind(queue, DIRECT_EXCHANGE, routing_key=pid)
+        channel.basic_consume(queue, self._on_message, auto_ack=True)
+        self._stop = False
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def _on_message(self, _ch: Any, method: Any, _properties: Any, body: bytes) -> None:
+        from broker.codec import DecodeError, decode
+
+        try:
+            round_number = decode(body).round
+        except DecodeError:
+            round_number = -1
+        if method.exchange == MODEL_EXCHANGE:
+            self.fanout.append((round_number, len(body)))
+        elif method.routing_key in self.direct:
+            self.direct[method.routing_key].append((round_number, len(body)))
+
+    def _loop(self) -> None:
+        while not self._stop:
+            self._connection.process_data_events(time_limit=0.05)
+        self._connection.close()
+
+    def close(self) -> None:
+        self._stop = True
+        self._thread.join(timeout=10)
+
+
+def _stats(values: list[int]) -> dict[str, float]:
+    if not values:
+        return {"mean": 0.0, "max": 0.0}
+    return {"mean": sum(values) / len(values), "max": float(max(values))}
+
+
+def _rss_mb(process: StackProcess) -> float | None:
+    peak = process.peak_rss_bytes()
+    return None if peak is None else round(peak / 2**20, 1)
+
+
+def run_point(n: int, graph: str, rounds: int, workdir: Path) -> dict[str, Any]:
+    """One cohort size and graph: ``rounds`` rounds, the last one measured."""
+    processes = n if n <= PROCESSES else PROCESSES
+    counts = [n // processes + (1 if i < n % processes else 0) for i in range(processes)]
+    quorum = n // 2 + 1
+    with fresh_vhost("fedrank-bench") as vhost:
+        url = vhost_url(vhost)
+        stack = Stack(workdir, url)
+        try:
+            declare_core_topology(url)
+            stack.export_key()
+            ids = []
+            for i, count in enumerate(counts):
+                stack.start_participants(f"b{i}", 1000 + i, count)
+                ids += [f"b{i}-{j}" for j in range(count)]
+            wanted = {(DIRECT_EXCHANGE, participant_queue(pid), pid) for pid in ids}
+            stack.wait_for("participant queues bound", lambda: wanted <= bindings(vhost), 180)
+            mirror = Mirror(url, ids)
+            started = time.monotonic()
+            aggregator = stack.start_aggregator(
+                "--cohort",
+                str(n),
+                "--quorum",
+                str(quorum),
+                "--check-in-seconds",
+                "120",
+                "--phase-seconds",
+                "120",
+                *GRAPH_FLAGS[graph],
+            )
+            records = stack.wait_rounds(rounds, timeout=600)
+            wall = time.monotonic() - started
+            aggregator_rss = _rss_mb(aggregator)
+            participant_rss = [_rss_mb(p) for p in stack.processes[:-1]]
+            mirror.close()
+        finally:
+            stack.stop_all()
+    completed = [r for r in records if r.outcome == "completed"]
+    last = completed[-1]
+    sent_messages: dict[str, int] = {pid: 0 for pid in ids}
+    sent_bytes: dict[str, int] = {pid: 0 for pid in ids}
+    for process in stack.processes[:-1]:
+        for pid, _kind, number, size in SENT.findall(process.log()):
+            if int(number) == last.round and pid in sent_bytes:
+                sent_messages[pid] += 1
+                sent_bytes[pid] += int(size)
+    fanout = [size for number, size in mirror.fanout if number == last.round]
+    received_messages = [
+        len(fanout) + sum(1 for number, _ in mirror.direct[pid] if number == last.round)
+        for pid in ids
+    ]
+    received_bytes = [
+        sum(fanout) + sum(size for number, size in mirror.direct[pid] if number == last.round)
+        for pid in ids
+    ]
+    phases = dict(last.phase_seconds)
+    deadline_hit = any(seconds >= 120 for seconds in phases.values())
+    return {
+        "n": n,
+        "graph": "secagg+" if graph == "plus" else "full",
+        "quorum": quorum,
+        "d": len(last.weights_before),
+        "processes": processes,
+        "participants_per_process": max(counts),
+        "rounds_logged": len(records),
+        "rounds_completed": len(completed),
+        "measured_round": last.round,
+        "survived": last.survived,
+        "phase_seconds": {k: round(v, 4) for k, v in phases.items()},
+        "protocol_seconds": round(sum(phases.values()), 4),
+        "round_wall_seconds": round(last.ended_at - last.started_at, 4),
+        "deadline_hit": deadline_hit,
+        "per_participant": {
+            "sent_messages": _stats(list(sent_messages.values())),
+            "sent_bytes": _stats(list(sent_bytes.values())),
+            "received_messages": _stats(received_messages),
+            "received_bytes": _stats(received_bytes),
+        },
+        "peak_rss_mb": {
+            "aggregator": aggregator_rss,
+            "participant_process_max": max(
+                (r for r in participant_rss if r is not None), default=None
+            ),
+            "participants_per_process": max(counts),
+        },
+        "bench_wall_seconds": round(wall, 1),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="10,50,100,200")
+    parser.add_argument("--graphs", default="plus,full")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds per point (last measured)")
+    args = parser.parse_args(argv)
+    sizes = [int(s) for s in args.sizes.split(",")]
+    graphs = args.graphs.split(",")
+    points = []
+    with tempfile.TemporaryDirectory(prefix="fedrank-bench-round-") as tmp:
+        for n in sizes:
+            for graph in graphs:
+                workdir = Path(tmp) / f"{graph}-{n}"
+                workdir.mkdir()
+                print(f"[bench/round] n={n} graph={graph}", file=sys.stderr, flush=True)
+                point = run_point(n, graph, args.rounds, workdir)
+                print(json.dumps(point), file=sys.stderr, flush=True)
+                points.append(point)
+    one_participant = [
+        point["peak_rss_mb"]["participant_process_max"]
+        for point in points
+        if point["peak_rss_mb"]["participants_per_process"] == 1
+        and point["peak_rss_mb"]["participant_process_max"] is not None
+    ]
+    summary = {
+        "benchmark": "round over RabbitMQ on loopback",
+        "machine": {"python": platform.python_version(), "cpus": _cpus()},
+        "points": points,
+        "one_participant_process_peak_rss_mb": max(one_participant) if one_participant else None,
+        "targets": {
+            "protocol_seconds_n100_secagg_plus_below": 2.0,
+            "participant_process_rss_mb_below": 100,
+        },
+        "growth": _growth(points),
+    }
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+def _cpus() -> int:
+    import os
+
+    return len(os.sched_getaffinity(0))
+
+
+def _growth(points: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per-participant bytes sent+received divided by log2(n), per graph: flat or falling
+    means the cost grows no faster than n log n in total (log n per participant)."""
+    out: dict[str, Any] = {}
+    for graph in {p["graph"] for p in points}:
+        rows = sorted((p for p in points if p["graph"] == graph), key=lambda p: p["n"])
+        out[graph] = [
+            {
+                "n": p["n"],
+                "bytes_per_participant": p["per_participant"]["sent_bytes"]["mean"]
+                + p["per_participant"]["received_bytes"]["mean"],
+                "per_log2_n": round(
+                    (
+                        p["per_participant"]["sent_bytes"]["mean"]
+                        + p["per_participant"]["received_bytes"]["mean"]
+                    )
+                    / math.log2(p["n"]),
+                    1,
+                ),
+            }
+            for p in rows
+        ]
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(main())
