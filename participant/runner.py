@@ -7,7 +7,7 @@ participant's queue ``fedrank.participant.<id>`` with ``broker.receive.receive_o
 (decode, size and schema checks, rejects logged and acked away), hands each message to
 its :class:`participant.session.ParticipantSession`, publishes the replies to
 ``fedrank.submit`` and only then acks. Between polls it ticks the sessions (round
-deadlines) and services the connection.
+deadlines) and waits for the next delivery (:meth:`ParticipantRunner._idle`).
 
 - **Start / late join**: with trusted credentials (any user not named
   ``participant-<id>``, e.g. the dev user guest) it declares the exchanges and each
@@ -33,6 +33,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from broker.codec import EncodeError, WireMessage, encode
+from broker.memory import MemoryTransport
 from broker.messages import PARTICIPANT_INBOX_TYPES
 from broker.receive import Expectation, Outcome, receive_one
 from broker.topology import (
@@ -169,10 +170,18 @@ class ParticipantRunner:
             for session in self.sessions:
                 self._publish(transport, session, session.start())
         if not busy:
-            # wait for the next message on one queue (in turn), servicing the connection
-            waiting = self.sessions[self._turn % len(self.sessions)]
-            self._turn += 1
-            self._receive(transport, waiting, self.config.poll_interval)
+            self._idle(transport)
+
+    def _idle(self, transport: Transport) -> None:
+        """Wait up to ``poll_interval`` for the next message. RabbitMQ's keep-alive
+        returns as soon as any delivery arrives, for any queue; the in-memory transport's
+        does not wait at all, so there the loop waits on one queue at a time, in turn."""
+        if not isinstance(transport, MemoryTransport):
+            transport.keep_alive(self.config.poll_interval)
+            return
+        waiting = self.sessions[self._turn % len(self.sessions)]
+        self._turn += 1
+        self._receive(transport, waiting, self.config.poll_interval)
 
     def _receive(
         self, transport: Transport, session: ParticipantSession, timeout: float
