@@ -13,18 +13,20 @@ import numpy as np
 import pytest
 
 from aggregator.config import CoordinatorConfig
-from aggregator.roundlog import RoundLog
+from aggregator.roundlog import RoundLog, RoundRecord
 from aggregator.service import AggregatorService, ServiceOptions
 from aggregator.signing import load_or_create_signing_key, public_key_pem
 from aggregator.state import StateDirectory
-from broker.messages import load_aggregator_public_key
+from broker.messages import CheckIn, load_aggregator_public_key
 from broker.rabbitmq import RabbitMQSettings, RabbitMQTransport
 from broker.topology import (
+    AGGREGATOR_QUEUE,
     SUBMIT_EXCHANGE,
     SUBMIT_ROUTING_KEY,
     declare_core,
     declare_participant,
 )
+from tests.integration.conftest import PrivateNode
 from tests.unit.test_aggregator_support import Member, serve
 
 pytestmark = pytest.mark.timeout(120)
@@ -118,3 +120,55 @@ def test_rounds_complete_over_rabbitmq_and_sum_the_votes(
     assert len(records) == 3 and records[2].outcome == "completed"
     assert records[2].round > records[1].round + 1
     assert (records[2].version_before, records[2].version_after) == (2, 3)
+
+
+def test_with_broker_users_a_participant_cannot_speak_for_another(
+    private_rabbitmq: PrivateNode, tmp_path: Path
+) -> None:
+    """Deployed security model: per-participant users; the aggregator checks that the
+    broker-validated user id of every message is ``participant-<its participant id>``."""
+    node = private_rabbitmq
+    state = StateDirectory(tmp_path / "state")
+    members = members_for(state, 4)
+    member_settings = {pid: node.enroll(pid, f"{pid}-pw") for pid in members}
+    impostor, victim = "agg-it-0", "agg-it-1"
+    config = CoordinatorConfig(
+        cohort_size=4, quorum=3, check_in_seconds=3.0, phase_seconds=8.0, check_user_ids=True
+    )
+    stop = threading.Event()
+    records: list[RoundRecord] = []
+    # the node's vhost is shared with other tests: start from an empty submission queue
+    node.ctl("purge_queue", "-p", node.vhost, AGGREGATOR_QUEUE)
+
+    def aggregate() -> None:
+        with RabbitMQTransport(node.aggregator_settings()) as transport:
+            service = AggregatorService(
+                transport, state, config, ServiceOptions(rounds=1, poll_seconds=0.05), stop=stop
+            )
+            service.run()
+            records.extend(service.records)
+
+    def participate(pid: str) -> None:
+        with RabbitMQTransport(member_settings[pid]) as transport:
+            if pid == impostor:
+                transport.publish(
+                    SUBMIT_EXCHANGE,
+                    SUBMIT_ROUTING_KEY,
+                    CheckIn(
+                        round=1, participant_id=victim, identity_key=b"\1" * 32, model_version=0
+                    ),
+                )
+            serve(transport, {pid: members[pid]}, lambda: not aggregator.is_alive())
+
+    aggregator = threading.Thread(target=aggregate, daemon=True)
+    threads = [threading.Thread(target=participate, args=(pid,), daemon=True) for pid in members]
+    for thread in threads:
+        thread.start()
+    aggregator.start()
+    aggregator.join(timeout=90)
+    stop.set()
+    for thread in threads:
+        thread.join(timeout=10)
+    (record,) = RoundLog(state.round_log_file).read()
+    assert record.outcome == "completed" and sorted(record.survivor_ids) == sorted(members)
+    assert record.rejected_reasons.get("user id mismatch") == 1
