@@ -43,6 +43,13 @@ from aggregator.events import (
     RoundOpened,
 )
 from aggregator.optimizer import OptimizerState, StepApplied, apply_votes
+from aggregator.phases import (
+    phase_before,
+    phase_key,
+    phase_name,
+    refusal_reason,
+    rejection_category,
+)
 from aggregator.round_record import RoundTracker
 from broker.codec import WireMessage, encode
 from broker.messages import (
@@ -163,7 +170,7 @@ class Coordinator:
         """Count a message the consuming edge refused before decoding (garbage bytes,
         wrong schema, oversized): it counts against the round in the log."""
         if self._round is not None:
-            self._round.rejected(_category(reason))
+            self._round.rejected(rejection_category(reason))
 
     def abort(self, reason: str, now: float) -> Output:
         """Give the open round up (shutdown) without opening another: an aborted record,
@@ -323,7 +330,7 @@ class Coordinator:
         try:
             step = self._server.receive(message.to_crypto(), now)
         except secagg.RemoteProtocolError as refused:
-            return self._reject(message, pid, user_id, _refusal_reason(refused))
+            return self._reject(message, pid, user_id, refusal_reason(refused))
         return self._take_step(step, now)
 
     def _take_step(self, step: secagg.ServerStep, now: float) -> Output:
@@ -333,12 +340,12 @@ class Coordinator:
             for request in requests_from_crypto(step.messages, self._members)
         )
         if messages:
-            self._round.phase_ended(_phase_before(self._server.phase), now)
+            self._round.phase_ended(phase_before(self._server.phase), now)
         if isinstance(step.outcome, secagg.RoundAborted):
             return self._aborted(
                 f"{step.outcome.reason.value}: {step.outcome.detail}",
                 now,
-                phase=_phase_name(step.outcome.phase),
+                phase=phase_name(step.outcome.phase),
             )
         if isinstance(step.outcome, secagg.AggregateSum):
             self._round.phase_ended("unmask", now)
@@ -374,7 +381,7 @@ class Coordinator:
         self, reason: str, now: float, phase: str | None = None, *, reopen: bool = True
     ) -> Output:
         assert self._round is not None
-        record = self._round.aborted(reason, phase or _PHASE_KEYS.get(self.phase, "?"), now)
+        record = self._round.aborted(reason, phase or phase_key(self.phase), now)
         self._round = None
         event = RoundAborted(record, reason, self.model)
         return self._then_open(event, now) if reopen else Output(events=(event,))
@@ -387,46 +394,5 @@ class Coordinator:
         self, message: WireMessage, pid: str | None, user_id: str | None, reason: str
     ) -> Output:
         if self._round is not None:
-            self._round.rejected(_category(reason))
+            self._round.rejected(rejection_category(reason))
         return Output(events=(MessageRejected(message.kind, pid, user_id, reason),))
-
-
-def _category(reason: str) -> str:
-    """The round log's rejection category: the reason up to its first colon."""
-    return reason.split(":", 1)[0].strip()[:48] or "unknown"
-
-
-def _refusal_reason(refused: secagg.RemoteProtocolError) -> str:
-    names = {
-        secagg.Refusal.WRONG_SESSION: "wrong session",
-        secagg.Refusal.DUPLICATE_MEMBER: "duplicate",
-        secagg.Refusal.UNEXPECTED_MESSAGE: "wrong phase",
-        secagg.Refusal.WRONG_ROUND: "wrong round",
-        secagg.Refusal.EXPIRED: "wrong phase",
-        secagg.Refusal.UNKNOWN_MEMBER: "unknown participant",
-    }
-    category = names.get(refused.refusal, f"secagg {refused.refusal.value}")
-    return f"{category}: {refused}"
-
-
-_SERVER_PHASE_NAMES = {
-    secagg.Phase.ADVERTISE_KEYS: "advertise_keys",
-    secagg.Phase.SHARE_KEYS: "share_keys",
-    secagg.Phase.MASKED_INPUT_COLLECTION: "masked_input",
-    secagg.Phase.CONSISTENCY_CHECK: "consistency_check",
-    secagg.Phase.UNMASKING: "unmask",
-    secagg.Phase.FINISHED: "step",
-}
-_ORDER = list(secagg.Phase)
-_PHASE_KEYS = {"check-in": "check_in"} | {
-    phase.value: name for phase, name in _SERVER_PHASE_NAMES.items()
-}
-
-
-def _phase_name(phase: secagg.Phase) -> str:
-    return _SERVER_PHASE_NAMES[phase]
-
-
-def _phase_before(phase: secagg.Phase) -> str:
-    """The phase that just ended when the server entered ``phase``."""
-    return _SERVER_PHASE_NAMES[_ORDER[max(_ORDER.index(phase) - 1, 0)]]
