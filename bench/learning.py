@@ -24,8 +24,8 @@ import numpy as np
 from frecency.history import Interaction
 from frecency.learning import loss_and_gradient
 from frecency.registry import get_model
+from frecency.synthetic import PopulationConfig, draw_population
 from frecency.urlbar import type_queries
-from simulation.population import PopulationConfig, draw_population
 from simulation.rounds import SimulationConfig, run_simulation
 
 

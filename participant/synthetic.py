@@ -1,15 +1,13 @@
 """The synthetic person's building blocks, from the paper's simulation (section 5.1).
 
-The one adapter between ``participant/`` and the population model of
-``simulation/population.py``: everything the participant runtime needs of it is
-re-exported here, so when the population model moves to ``frecency/`` only this file
-changes (the layering rule of docs/architecture.md then holds again).
+Re-exports what the participant runtime needs of the population model in
+``frecency/synthetic.py`` (history data, DESIGN.md section 1), which the simulation and the
+participant share.
 """
 
 from __future__ import annotations
 
-# moves to frecency.synthetic
-from simulation.population import (
+from frecency.synthetic import (
     History,
     PopulationConfig,
     VisitPool,

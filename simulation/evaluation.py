@@ -26,12 +26,12 @@ from numpy.typing import NDArray
 
 from frecency.learning import DEFAULT_MARGIN, ranking_losses
 from frecency.model import FrecencyModel, PageBatch
-from frecency.urlbar import QueryBatch, type_queries
-from simulation.population import (
+from frecency.synthetic import (
     PopulationConfig,
     Preference,
     draw_population,
 )
+from frecency.urlbar import QueryBatch, type_queries
 
 FloatArray = NDArray[np.float64]
 

@@ -44,6 +44,12 @@ from frecency.learning import (
 )
 from frecency.model import FrecencyModel
 from frecency.registry import get_model
+from frecency.synthetic import (
+    Population,
+    PopulationConfig,
+    Preference,
+    draw_population,
+)
 from frecency.urlbar import type_queries
 from simulation.aggregation import PlainSum, VoteAggregation
 from simulation.evaluation import (
@@ -52,12 +58,6 @@ from simulation.evaluation import (
     draw_held_out,
     evaluate_oracle,
     evaluate_weights,
-)
-from simulation.population import (
-    Population,
-    PopulationConfig,
-    Preference,
-    draw_population,
 )
 
 FloatArray = NDArray[np.float64]

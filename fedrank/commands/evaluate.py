@@ -27,8 +27,8 @@ from aggregator.optimizer import OptimizerState
 from aggregator.roundlog import RoundLog, RoundLogError
 from aggregator.state import StateDirectory, StateError
 from frecency.registry import get_model
+from frecency.synthetic import PopulationConfig
 from simulation.evaluation import Metrics, draw_held_out, evaluate_oracle, evaluate_weights
-from simulation.population import PopulationConfig
 
 #: Seed of the held-out people: far from the small seeds participants are started with.
 DEFAULT_HELD_OUT_SEED = 2_018_000_001

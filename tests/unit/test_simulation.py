@@ -11,16 +11,16 @@ import pytest
 from fedrank.cli import main
 from frecency.history import Transition
 from frecency.registry import get_model
-from frecency.urlbar import HistoryText, searchable_text
-from simulation.aggregation import PlainSum
-from simulation.evaluation import gap_closed
-from simulation.population import (
+from frecency.synthetic import (
     BUCKET_DAYS,
     PopulationConfig,
     VisitPool,
     draw_history,
     draw_population,
 )
+from frecency.urlbar import HistoryText, searchable_text
+from simulation.aggregation import PlainSum
+from simulation.evaluation import gap_closed
 from simulation.rounds import SimulationConfig, run_simulation
 
 CONFIG = PopulationConfig()

@@ -14,8 +14,8 @@ from aggregator.roundlog import RoundLog, RoundRecord
 from aggregator.state import AggregatorState, StateDirectory
 from fedrank.commands.evaluate import main
 from frecency.registry import get_model
+from frecency.synthetic import PopulationConfig
 from simulation.evaluation import draw_held_out, evaluate_weights
-from simulation.population import PopulationConfig
 
 PEOPLE, QUERIES, SEED = 40, 3, 7
 

@@ -8,7 +8,7 @@ firefox-2018 default buckets), independent of each other and of its visit count
 (exponential, mean 7 = the paper's lambda, at least 1). Its newest ``min(count, 10)``
 visits all have that type and ages inside that bucket, so the notebook's one-hot
 (type x recency) feature is exactly what Firefox sees. Addresses and titles are built from
-fixed word lists (:mod:`simulation.words`) so that typing a prefix narrows the matches.
+fixed word lists (:mod:`frecency.words`) so that typing a prefix narrows the matches.
 
 The person's **true preference** for a page, unseen by the learner, is
 ``--preference paper``: the paper's simplified frecency (section 3), visit count x the mean
@@ -43,7 +43,7 @@ from frecency.urlbar import (
     QueryPlan,
     searchable_url,
 )
-from simulation.words import PAGE_WORDS, SITE_WORDS, TOP_LEVEL_DOMAINS
+from frecency.words import PAGE_WORDS, SITE_WORDS, TOP_LEVEL_DOMAINS
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
