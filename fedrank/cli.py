@@ -13,6 +13,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "aggregator": ("aggregator", "run the aggregator"),
     "participant": ("participant", "run one or many participants"),
     "rounds": ("rounds", "show the aggregator's round log"),
+    "evaluate": ("evaluate", "held-out characters typed and rank under a trained model"),
 }
 
 

@@ -9,7 +9,7 @@ fresh people, fixed queries and noise), types every query under both weight vect
 under the noiseless true preference (the oracle), and prints the means. The held-out
 people come from their own seed, not from any participant's, so the comparison is fair.
 
-Until the lead registers it in ``fedrank/cli.py``, run it as
+Also runnable as
 ``python -m fedrank.commands.evaluate --state DIR``; ``scripts/stack.sh`` does.
 """
 
