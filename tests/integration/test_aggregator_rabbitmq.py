@@ -4,7 +4,11 @@ vote totals are the sums of the votes, and a restarted aggregator carries on."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 import threading
+import urllib.parse
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -35,11 +39,12 @@ D = 22
 CONFIG = CoordinatorConfig(cohort_size=6, quorum=4, check_in_seconds=3.0, phase_seconds=8.0)
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def settings(
     rabbitmqctl: Callable[..., str], rabbitmq_settings: RabbitMQSettings
 ) -> Iterator[RabbitMQSettings]:
-    """A vhost of this test's own, so no other test's leftovers reach its aggregator."""
+    """A vhost of this module's own, so no other test's leftovers reach its aggregator
+    (the round-running test comes first; the SIGTERM test needs no clean queue)."""
     vhost = f"fedrank-aggregator-{uuid.uuid4().hex[:10]}"
     rabbitmqctl("add_vhost", vhost)
     try:
@@ -172,3 +177,31 @@ def test_with_broker_users_a_participant_cannot_speak_for_another(
     (record,) = RoundLog(state.round_log_file).read()
     assert record.outcome == "completed" and sorted(record.survivor_ids) == sorted(members)
     assert record.rejected_reasons.get("user id mismatch") == 1
+
+
+def test_fedrank_aggregator_stops_cleanly_on_sigterm(
+    settings: RabbitMQSettings, tmp_path: Path
+) -> None:
+    vhost = urllib.parse.quote(settings.vhost, safe="")
+    url = f"amqp://{settings.username}:{settings.password}@{settings.host}:{settings.port}/{vhost}"
+    state = tmp_path / "state"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "fedrank", "aggregator", "--amqp", url, "--state", str(state)],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stderr is not None
+    try:
+        for line in process.stderr:
+            if "round 1 opened" in line:
+                break
+        process.send_signal(signal.SIGTERM)
+        rest = process.stderr.read()
+        assert process.wait(timeout=30) == 0, rest
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert "Traceback" not in rest and "stopping after 0 completed round(s)" in rest
+    saved = StateDirectory(state).load()
+    assert saved is not None and saved.version == 0 and saved.next_round == 2
