@@ -63,7 +63,7 @@ from broker.messages import (
     requests_from_crypto,
     sign_message,
 )
-from broker.payload import PayloadError, decode_total, input_length
+from broker.payload import PayloadError, decode_total, input_length, metric_totals_problem
 from broker.topology import DIRECT_EXCHANGE, MODEL_EXCHANGE
 from crypto.accountant import RdpCurve
 from frecency.spec import ModelSpec
@@ -362,7 +362,8 @@ class Coordinator:
         except PayloadError as error:
             return self._aborted(f"sum does not decode: {error}", now, phase="step")
         tracker.vote_totals = [int(v) for v in votes]
-        tracker.metrics = metrics
+        tracker.metrics_problem = metric_totals_problem(metrics, survivors)
+        tracker.metrics = metrics if tracker.metrics_problem is None else None
         optimizer = replace(self.config.optimizer, noise_slack=self.config.noise_slack(survivors))
         result = apply_votes(self.spec, optimizer, self.model.optimizer, votes, survivors)
         if not isinstance(result, StepApplied):

@@ -53,6 +53,7 @@ class RoundTracker:
     survivor_ids: list[str] = field(default_factory=list)
     vote_totals: list[int] | None = None
     metrics: MetricTotals | None = None
+    metrics_problem: str | None = None
     rejections: Counter[str] = field(default_factory=Counter)
     phase_ends: dict[str, float] = field(default_factory=dict)
 
@@ -105,6 +106,7 @@ class RoundTracker:
             "dp_mode": self.config.privacy.mode,
             "vote_totals": self.vote_totals,
             "metrics": _metrics(self.metrics),
+            "metrics_problem": self.metrics_problem,
         }
 
     def completed(

@@ -76,6 +76,7 @@ class RoundRecord(BaseModel):
     secagg_plus: bool | None = None
     dp_mode: str | None = None
     epsilon_round: float | None = None
+    metrics_problem: str | None = None
 
 
 class RoundLogError(Exception):

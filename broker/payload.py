@@ -180,3 +180,29 @@ def decode_total(
         suggestions_displayed=fields[4],
     )
     return votes, totals
+
+
+def metric_totals_problem(
+    totals: MetricTotals, participants: int, clip: MetricClip = DEFAULT_CLIP
+) -> str | None:
+    """Why ``totals`` cannot be the sum of ``participants`` clipped payloads (a participant
+    skipped its clip), or None. The aggregator then reports no metrics for the round."""
+    count_cap = participants * clip.max_interactions
+    if not 0 <= totals.interactions <= count_cap:
+        return f"interactions total {totals.interactions} outside [0, {count_cap}]"
+    bounds = {
+        "loss": (totals.loss, totals.interactions * clip.max_loss_per_interaction),
+        "chars_typed": (totals.chars_typed, totals.interactions * clip.max_chars_per_interaction),
+        "rank_selected": (
+            totals.rank_selected,
+            totals.interactions * clip.max_rank_per_interaction,
+        ),
+        "suggestions_displayed": (
+            totals.suggestions_displayed,
+            totals.interactions * clip.max_displayed_per_interaction,
+        ),
+    }
+    for name, (value, cap) in bounds.items():
+        if not 0 <= value <= cap:
+            return f"{name} total {value} outside [0, {cap}] for {totals.interactions} interactions"
+    return None

@@ -26,6 +26,7 @@ from broker.messages import (
     submission_from_crypto,
 )
 from broker.topology import DIRECT_EXCHANGE, MODEL_EXCHANGE
+from crypto.dp import encode_for_ring
 from crypto.hazmat import primitives
 from frecency.registry import get_model
 from tests.unit.test_aggregator_support import Member
@@ -344,3 +345,14 @@ def test_wrong_session_and_retried_secagg_messages_are_rejected_and_the_round_go
     ended = h.run_round(check_in=[], pending=pending)
     assert isinstance(ended, RoundCompleted) and ended.record.survived == 6
     assert ended.record.rejected_reasons == {"duplicate": 1, "wrong session": 1}
+
+
+def test_metric_totals_beyond_the_clip_are_not_reported_but_the_step_is_taken() -> None:
+    h = harness()
+    cheat = h.members["p0"]
+    cheat.raw_input = encode_for_ring([*cheat.vote.tolist(), 1, 10**8, 5, 1, 3])
+    ended = h.run_round()
+    assert isinstance(ended, RoundCompleted) and ended.model.version == 1
+    assert ended.record.metrics.interactions == 0 and ended.record.metrics.mean_loss is None
+    assert ended.record.metrics_problem is not None
+    assert ended.record.metrics_problem.startswith("loss total")

@@ -47,6 +47,7 @@ class Member:
     auto_check_in: bool = False
     checked_in_rounds: list[int] = field(default_factory=list)
     contributed_rounds: list[int] = field(default_factory=list)
+    raw_input: np.ndarray | None = None  # a dishonest payload, bypassing the clip
 
     def check_in(self) -> CheckIn:
         assert self.announcement is not None
@@ -73,7 +74,11 @@ class Member:
             return None
         if isinstance(message, CohortInvitation):
             assert verify_message(self.pinned_key, message), "invitation signature"
-            inputs = encode_input(self.vote, self.metrics)
+            inputs = (
+                self.raw_input
+                if self.raw_input is not None
+                else encode_input(self.vote, self.metrics)
+            )
             self.client = secagg.SecAggClient(
                 message.crypto_parameters(),
                 message.member,

@@ -39,11 +39,13 @@ from broker.messages import (
 from broker.payload import (
     METRIC_COUNT,
     MetricClip,
+    MetricTotals,
     ParticipantMetrics,
     PayloadError,
     decode_total,
     encode_input,
     input_length,
+    metric_totals_problem,
 )
 from crypto.dp import decode_from_ring
 from crypto.hazmat import primitives
@@ -347,3 +349,17 @@ def test_payload_refuses_bad_votes_and_bad_sums() -> None:
         encode_input(np.array([1]), ParticipantMetrics(1, float("nan"), 1, 1, 1))
     with pytest.raises(PayloadError):
         decode_total(np.zeros(4, dtype=np.uint32), 4)
+
+
+def test_metric_totals_beyond_what_clipped_payloads_can_sum_to_are_flagged() -> None:
+    honest = [ParticipantMetrics(100, 1e9, 10**6, 10**6, 10**6) for _ in range(3)]
+    total = np.sum(
+        [encode_input(np.zeros(2, dtype=np.int64), m).astype(np.uint64) for m in honest], axis=0
+    )
+    _, metrics = decode_total((total % (1 << 32)).astype(np.uint32), 2)
+    assert metric_totals_problem(metrics, 3) is None
+    assert "interactions total" in (metric_totals_problem(metrics, 2) or "")
+    inflated = MetricTotals(10, 10 * 1000.0 + 1, 0, 0, 0)
+    assert "loss total" in (metric_totals_problem(inflated, 1) or "")
+    assert "chars_typed" in (metric_totals_problem(MetricTotals(1, 0.0, 65, 0, 0), 1) or "")
+    assert "interactions" in (metric_totals_problem(MetricTotals(-1, 0.0, 0, 0, 0), 1) or "")
