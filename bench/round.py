@@ -14,7 +14,11 @@ quorum t = floor(n/2) + 1, d = 22 (firefox-2018), nobody dropping, and prints JS
 - messages and bytes each participant *sent* in that round (its own log lines
   ``sent KIND of round R (N bytes)``) and *received* (a mirror queue bound to
   ``fedrank.model`` and to ``fedrank.direct`` with every participant's routing key counts
-  what the aggregator addressed to each); mean and max over participants;
+  what the aggregator addressed to each, also split by message kind); mean and max over
+  participants;
+- CPU seconds (user + system, ``/proc/<pid>/stat``) the aggregator and all participant
+  processes used during that round: on a shared machine the wall-clock latency depends on
+  the load, the CPU time much less;
 - peak resident memory (``VmHWM`` from ``/proc/<pid>/status``) of the aggregator and of
   each participant process (with how many participants it holds); the n = 10 points give
   the one-participant process.
@@ -34,6 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import platform
 import re
 import sys
@@ -71,8 +76,9 @@ class Mirror:
         import pika
 
         self.ids = set(participant_ids)
-        self.fanout: list[tuple[int, int]] = []  # (round, bytes) of every announcement
-        self.direct: dict[str, list[tuple[int, int]]] = {pid: [] for pid in participant_ids}
+        #: (round, kind, bytes) of every announcement, and of what each participant was sent
+        self.fanout: list[tuple[int, str, int]] = []
+        self.direct: dict[str, list[tuple[int, str, int]]] = {pid: [] for pid in participant_ids}
         self._connection = pika.BlockingConnection(pika.URLParameters(amqp_url))
         channel = self._connection.channel()
         queue = "bench.mirror"
@@ -89,13 +95,14 @@ class Mirror:
         from broker.codec import DecodeError, decode
 
         try:
-            round_number = decode(body).round
+            message = decode(body)
+            round_number, kind = message.round, message.kind
         except DecodeError:
-            round_number = -1
+            round_number, kind = -1, "undecodable"
         if method.exchange == MODEL_EXCHANGE:
-            self.fanout.append((round_number, len(body)))
+            self.fanout.append((round_number, kind, len(body)))
         elif method.routing_key in self.direct:
-            self.direct[method.routing_key].append((round_number, len(body)))
+            self.direct[method.routing_key].append((round_number, kind, len(body)))
 
     def _loop(self) -> None:
         while not self._stop:
@@ -111,6 +118,12 @@ def _stats(values: list[int]) -> dict[str, float]:
     if not values:
         return {"mean": 0.0, "max": 0.0}
     return {"mean": sum(values) / len(values), "max": float(max(values))}
+
+
+def _cpu_seconds(process: StackProcess) -> float:
+    """User + system CPU seconds the (running) process has used, from /proc."""
+    fields = Path(f"/proc/{process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _rss_mb(process: StackProcess) -> float | None:
@@ -148,7 +161,10 @@ def run_point(n: int, graph: str, rounds: int, workdir: Path) -> dict[str, Any]:
                 "120",
                 *GRAPH_FLAGS[graph],
             )
+            stack.wait_rounds(rounds - 1, timeout=600)
+            cpu_before = {p.pid: _cpu_seconds(p) for p in stack.processes}
             records = stack.wait_rounds(rounds, timeout=600)
+            cpu = {p.pid: _cpu_seconds(p) - cpu_before[p.pid] for p in stack.processes}
             wall = time.monotonic() - started
             aggregator_rss = _rss_mb(aggregator)
             participant_rss = [_rss_mb(p) for p in stack.processes[:-1]]
@@ -164,15 +180,18 @@ def run_point(n: int, graph: str, rounds: int, workdir: Path) -> dict[str, Any]:
             if int(number) == last.round and pid in sent_bytes:
                 sent_messages[pid] += 1
                 sent_bytes[pid] += int(size)
-    fanout = [size for number, size in mirror.fanout if number == last.round]
-    received_messages = [
-        len(fanout) + sum(1 for number, _ in mirror.direct[pid] if number == last.round)
+    received: dict[str, list[tuple[str, int]]] = {
+        pid: [(kind, size) for number, kind, size in mirror.fanout if number == last.round]
+        + [(kind, size) for number, kind, size in mirror.direct[pid] if number == last.round]
         for pid in ids
-    ]
-    received_bytes = [
-        sum(fanout) + sum(size for number, size in mirror.direct[pid] if number == last.round)
-        for pid in ids
-    ]
+    }
+    received_messages = [len(received[pid]) for pid in ids]
+    received_bytes = [sum(size for _, size in received[pid]) for pid in ids]
+    by_kind: dict[str, int] = {}
+    for pid in ids:
+        for kind, size in received[pid]:
+            by_kind[kind] = by_kind.get(kind, 0) + size
+    aggregator_pid = stack.processes[-1].pid
     phases = dict(last.phase_seconds)
     deadline_hit = any(seconds >= 120 for seconds in phases.values())
     return {
@@ -195,6 +214,16 @@ def run_point(n: int, graph: str, rounds: int, workdir: Path) -> dict[str, Any]:
             "sent_bytes": _stats(list(sent_bytes.values())),
             "received_messages": _stats(received_messages),
             "received_bytes": _stats(received_bytes),
+            "received_bytes_by_kind": {k: round(v / len(ids)) for k, v in sorted(by_kind.items())},
+        },
+        "cpu_seconds": {
+            "aggregator": round(cpu[aggregator_pid], 3),
+            "participants_total": round(
+                sum(v for pid, v in cpu.items() if pid != aggregator_pid), 3
+            ),
+            "per_participant": round(
+                sum(v for pid, v in cpu.items() if pid != aggregator_pid) / n, 4
+            ),
         },
         "peak_rss_mb": {
             "aggregator": aggregator_rss,
@@ -212,6 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default="10,50,100,200")
     parser.add_argument("--graphs", default="plus,full")
     parser.add_argument("--rounds", type=int, default=2, help="rounds per point (last measured)")
+    parser.add_argument("--note", default="", help="recorded in the output (e.g. machine load)")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
     graphs = args.graphs.split(",")
@@ -233,7 +263,12 @@ def main(argv: list[str] | None = None) -> int:
     ]
     summary = {
         "benchmark": "round over RabbitMQ on loopback",
-        "machine": {"python": platform.python_version(), "cpus": _cpus()},
+        "machine": {
+            "python": platform.python_version(),
+            "cpus": _cpus(),
+            "load_average_at_end": os.getloadavg(),
+        },
+        "note": args.note,
         "points": points,
         "one_participant_process_peak_rss_mb": max(one_participant) if one_participant else None,
         "targets": {
@@ -247,8 +282,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _cpus() -> int:
-    import os
-
     return len(os.sched_getaffinity(0))
 
 
