@@ -60,6 +60,7 @@ from broker.messages import (
     ModelRequest,
     SecAggParameters,
     SecAggSubmission,
+    UnmaskResponse,
     requests_from_crypto,
     sign_message,
 )
@@ -110,6 +111,7 @@ class Coordinator:
         self._members: dict[int, str] = {}
         self._member_of: dict[str, int] = {}
         self._seen: set[bytes] = set()
+        self._unmask_requests = self._unmask_answers = 0
 
     # --- what the driver asks ---------------------------------------------------------
 
@@ -129,10 +131,14 @@ class Coordinator:
             return "check-in"
         return self._server.phase.value
 
-    @property
-    def expensive_next(self) -> bool:
-        """The next receive/tick may unmask (seconds of CPU): run it keeping alive."""
-        return self._server is not None and self._server.phase is secagg.Phase.UNMASKING
+    def expensive(self, now: float, *, receiving: bool) -> bool:
+        """Whether the next ``receive`` (or ``tick`` at ``now``) may unmask the sum, seconds
+        of CPU: the driver runs it keeping the broker connection alive."""
+        if self._server is None or self._server.phase is not secagg.Phase.UNMASKING:
+            return False
+        if receiving:
+            return self._unmask_answers + 1 >= self._unmask_requests
+        return now >= self._server.deadline
 
     def open_round(self, now: float) -> Output:
         """Announce round ``model.next_round`` (the driver persists ``RoundOpened`` first:
@@ -331,6 +337,7 @@ class Coordinator:
             step = self._server.receive(message.to_crypto(), now)
         except secagg.RemoteProtocolError as refused:
             return self._reject(message, pid, user_id, refusal_reason(refused))
+        self._unmask_answers += isinstance(message, UnmaskResponse)
         return self._take_step(step, now)
 
     def _take_step(self, step: secagg.ServerStep, now: float) -> Output:
@@ -341,6 +348,7 @@ class Coordinator:
         )
         if messages:
             self._round.phase_ended(phase_before(self._server.phase), now)
+            self._unmask_requests, self._unmask_answers = len(messages), 0
         if isinstance(step.outcome, secagg.RoundAborted):
             return self._aborted(
                 f"{step.outcome.reason.value}: {step.outcome.detail}",

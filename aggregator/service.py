@@ -167,7 +167,8 @@ class AggregatorService:
         def handle(message: WireMessage, delivery: Delivery) -> None:
             started = self._clock()
             output = self._expensive(
-                lambda: self.coordinator.receive(message, delivery.user_id, started, delivery.body)
+                self.coordinator.expensive(started, receiving=True),
+                lambda: self.coordinator.receive(message, delivery.user_id, started, delivery.body),
             )
             outputs.append((output, started))
 
@@ -175,14 +176,15 @@ class AggregatorService:
         if outcome is Outcome.REJECTED:
             self.coordinator.note_undecodable("undecodable or unexpected kind")
         started = self._clock()
-        outputs.append((self._expensive(lambda: self.coordinator.tick(started)), started))
+        expensive = self.coordinator.expensive(started, receiving=False)
+        outputs.append(
+            (self._expensive(expensive, lambda: self.coordinator.tick(started)), started)
+        )
         for output, began in outputs:
             self._act(output, began)
 
-    def _expensive(self, work: Callable[[], Output]) -> Output:
-        if self.coordinator.expensive_next:
-            return self.transport.call_keeping_alive(work)
-        return work()
+    def _expensive(self, expensive: bool, work: Callable[[], Output]) -> Output:
+        return self.transport.call_keeping_alive(work) if expensive else work()
 
     def _recover(self) -> None:
         """After a broker outage: declare again and re-publish the current announcement."""

@@ -356,3 +356,21 @@ def test_metric_totals_beyond_the_clip_are_not_reported_but_the_step_is_taken() 
     assert ended.record.metrics.interactions == 0 and ended.record.metrics.mean_loss is None
     assert ended.record.metrics_problem is not None
     assert ended.record.metrics_problem.startswith("loss total")
+
+
+def test_only_the_call_that_unmasks_is_flagged_expensive() -> None:
+    h = harness()
+    coordinator = h.coordinator
+    flagged: list[tuple[bool, bool]] = []
+    receive = coordinator.receive
+
+    def watched(message: WireMessage, user: str | None, now: float) -> Output:
+        expensive = coordinator.expensive(now, receiving=True)
+        output = receive(message, user, now)
+        flagged.append((expensive, any(isinstance(e, RoundCompleted) for e in output.events)))
+        return output
+
+    coordinator.receive = watched  # type: ignore[method-assign,assignment]
+    assert isinstance(h.run_round(), RoundCompleted)
+    assert flagged[-1] == (True, True)
+    assert sum(expensive for expensive, _ in flagged) == 1
