@@ -227,7 +227,11 @@ class Coordinator:
         if self._round is None:
             return Output()
         if self._server is not None:
-            return self._take_step(self._server.tick(now), now)
+            try:
+                step = self._server.tick(now)
+            except (secagg.LocalProtocolError, ValueError) as error:
+                return self._aborted(f"secure aggregation failed: {error!r}", now)
+            return self._take_step(step, now)
         if not self._checkins:
             if now - self._last_announced >= self.config.reannounce_seconds:
                 assert self._announcement is not None
@@ -337,6 +341,8 @@ class Coordinator:
             step = self._server.receive(message.to_crypto(), now)
         except secagg.RemoteProtocolError as refused:
             return self._reject(message, pid, user_id, refusal_reason(refused))
+        except (secagg.LocalProtocolError, ValueError) as error:  # a bug here, not their input
+            return self._aborted(f"secure aggregation failed: {error!r}", now)
         self._unmask_answers += isinstance(message, UnmaskResponse)
         return self._take_step(step, now)
 

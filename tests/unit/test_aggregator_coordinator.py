@@ -374,3 +374,20 @@ def test_only_the_call_that_unmasks_is_flagged_expensive() -> None:
     assert isinstance(h.run_round(), RoundCompleted)
     assert flagged[-1] == (True, True)
     assert sum(expensive for expensive, _ in flagged) == 1
+
+
+def test_a_failure_inside_unmasking_aborts_the_round_instead_of_the_aggregator(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def broken_unmask(*args: object) -> object:
+        raise ValueError("shares of different lengths")
+
+    monkeypatch.setattr("crypto.secagg.server.unmask", broken_unmask)
+    h = harness()
+    ended = h.run_round()
+    assert isinstance(ended, RoundAborted)
+    assert (
+        ended.reason.startswith("secure aggregation failed") and "different lengths" in ended.reason
+    )
+    assert ended.record.abort_phase == "unmask" and h.coordinator.model.version == 0
+    assert h.coordinator.round_number == 2
