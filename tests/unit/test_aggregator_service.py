@@ -21,13 +21,15 @@ from aggregator.service import AggregatorService, ServiceOptions
 from aggregator.signing import load_or_create_signing_key, public_key_pem
 from aggregator.state import StateDirectory, StateError
 from broker.memory import MemoryBroker
-from broker.messages import load_aggregator_public_key
+from broker.messages import PrivacySettings, load_aggregator_public_key
 from broker.topology import (
     SUBMIT_EXCHANGE,
     SUBMIT_ROUTING_KEY,
     declare_core,
     declare_participant,
 )
+from crypto.accountant import skellam_rdp
+from crypto.dp import vote_sensitivity
 from tests.unit.test_aggregator_support import Member, serve
 
 D = 22
@@ -170,3 +172,23 @@ def test_state_of_another_model_is_refused(run: Run) -> None:
     other = CoordinatorConfig(model="firefox-current", cohort_size=5, quorum=3)
     with pytest.raises(StateError, match="holds model firefox-2018"):
         AggregatorService(run.broker.connect(), run.state, other)
+
+
+def test_privacy_spent_is_composed_across_a_restart(run: Run) -> None:
+    skellam = CoordinatorConfig(
+        cohort_size=5,
+        quorum=3,
+        check_in_seconds=2.0,
+        phase_seconds=5.0,
+        privacy=PrivacySettings(mode="skellam", skellam_variance=8.0, delta=1e-6),
+    )
+    run_service(run, rounds=1, config=skellam)
+    run_service(run, rounds=1, config=skellam)
+    first, second = RoundLog(run.state.round_log_file).read()
+    sensitivity = vote_sensitivity(D)
+    one_round = skellam_rdp(5 * 8.0, sensitivity.l1, sensitivity.l2)
+    assert first.epsilon_round == pytest.approx(one_round.epsilon(1e-6))
+    assert first.epsilon_spent == pytest.approx(one_round.epsilon(1e-6))
+    assert second.epsilon_spent == pytest.approx(one_round.times(2).epsilon(1e-6))
+    saved = json.loads(run.state.state_file.read_text())
+    assert saved["privacy_spent"] == pytest.approx(second.epsilon_spent)
