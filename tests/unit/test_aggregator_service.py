@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import stat
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -192,3 +193,32 @@ def test_privacy_spent_is_composed_across_a_restart(run: Run) -> None:
     assert second.epsilon_spent == pytest.approx(one_round.times(2).epsilon(1e-6))
     saved = json.loads(run.state.state_file.read_text())
     assert saved["privacy_spent"] == pytest.approx(second.epsilon_spent)
+
+
+def test_an_announcement_nobody_could_take_is_repeated_until_participants_are_enrolled(
+    tmp_path: Path,
+) -> None:
+    broker = MemoryBroker()
+    state = StateDirectory(tmp_path / "state")
+    key = pinned_key(state)
+    rng = np.random.default_rng(9)  # votes are test data, not keys
+    members = {f"late{i}": Member(f"late{i}", rng.integers(-1, 2, D), key, auto_check_in=True)
+               for i in range(4)}  # fmt: skip
+    config = CoordinatorConfig(
+        cohort_size=4, quorum=3, check_in_seconds=2.0, phase_seconds=5.0, reannounce_seconds=0.1
+    )
+    service = AggregatorService(
+        broker.connect(), state, config, ServiceOptions(rounds=1, poll_seconds=0.02)
+    )
+    thread = threading.Thread(target=service.run, daemon=True)
+    thread.start()
+    setup = broker.connect()
+    while service.coordinator.round_number is None:  # wait for round 1 to be announced
+        setup.keep_alive(0.01)
+    for pid in members:
+        declare_participant(setup, pid)  # enrolled only after the first announcement
+    deadline = time.monotonic() + 20
+    serve(broker.connect(), members, lambda: not thread.is_alive() or time.monotonic() > deadline)
+    assert not thread.is_alive(), "the round never completed"
+    (record,) = RoundLog(state.round_log_file).read()
+    assert record.outcome == "completed" and record.round == 1 and record.survived == 4
