@@ -41,6 +41,7 @@ import math
 import os
 import platform
 import re
+import signal
 import sys
 import tempfile
 import threading
@@ -243,6 +244,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2, help="rounds per point (last measured)")
     parser.add_argument("--note", default="", help="recorded in the output (e.g. machine load)")
     args = parser.parse_args(argv)
+    # SIGTERM (and SIGINT, even when a shell started us in the background) unwinds through
+    # the finally blocks that stop every process this run started and delete its vhost.
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, _interrupted)
     sizes = [int(s) for s in args.sizes.split(",")]
     graphs = args.graphs.split(",")
     points = []
@@ -279,6 +284,10 @@ def main(argv: list[str] | None = None) -> int:
     }
     print(json.dumps(summary, indent=2))
     return 0
+
+
+def _interrupted(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def _cpus() -> int:

@@ -237,13 +237,26 @@ class Stack:
             for p in self.processes
         )
 
-    def wait_for(self, what: str, condition: Callable[[], T | None], timeout: float) -> T:
-        """Poll ``condition`` until it returns something other than None/False."""
+    def wait_for(
+        self,
+        what: str,
+        condition: Callable[[], T | None],
+        timeout: float,
+        alive: Sequence[StackProcess] = (),
+    ) -> T:
+        """Poll ``condition`` until it returns something other than None/False; fail at
+        once if a process of ``alive`` exits first (its log tail is in the message)."""
         deadline = time.monotonic() + timeout
         while True:
+            exited = [p for p in alive if not p.running()]
             value = condition()
             if value is not None and value is not False:
                 return value
+            if exited:
+                raise StackTimeout(
+                    f"{exited[0].name} exited ({exited[0].popen.returncode}) while waiting "
+                    f"for {what}\n" + self.logs_text()
+                )
             if time.monotonic() > deadline:
                 raise StackTimeout(
                     f"timed out after {timeout:.0f} s waiting for {what}\n" + self.logs_text()
@@ -256,14 +269,18 @@ class Stack:
         timeout: float,
         outcome: str | None = "completed",
     ) -> list[RoundRecord]:
-        """All records, once ``count`` of them have ``outcome`` (None = any)."""
+        """All records, once ``count`` of them have ``outcome`` (None = any); fails as soon
+        as the running aggregator exits without having logged them."""
 
         def enough() -> list[RoundRecord] | None:
             records = self.records()
             matching = [r for r in records if outcome is None or r.outcome == outcome]
             return records if len(matching) >= count else None
 
-        return self.wait_for(f"{count} {outcome or 'logged'} rounds", enough, timeout)
+        aggregators = [p for p in self.processes if p.name == "aggregator" and p.running()]
+        return self.wait_for(
+            f"{count} {outcome or 'logged'} rounds", enough, timeout, alive=aggregators[-1:]
+        )
 
     def wait_log(
         self, process: StackProcess, pattern: str, timeout: float, count: int = 1
