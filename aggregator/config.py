@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from aggregator.optimizer import RpropConfig
 from broker.messages import (
+    LearningObjective,
     PhaseDeadlines,
     PrivacySettings,
     RoundParameters,
@@ -46,6 +47,7 @@ class CoordinatorConfig:
     secagg_plus: bool = False
     degree: int | None = None
     privacy: PrivacySettings = field(default_factory=PrivacySettings)
+    objective: LearningObjective = field(default_factory=LearningObjective)
     optimizer: RpropConfig = field(default_factory=RpropConfig.default)
     #: check ``Delivery.user_id == "participant-<id>"`` (per-participant broker users)
     check_user_ids: bool = False
@@ -90,6 +92,7 @@ class CoordinatorConfig:
                 secagg_plus=self.secagg_plus, degree=self.degree
             ),
             privacy=self.privacy,
+            objective=self.objective,
         )
 
     def invitation_lifetime(self) -> float:

@@ -130,6 +130,19 @@ class PhaseDeadlines(BaseModel):
         return self
 
 
+class LearningObjective(BaseModel):
+    """The loss every participant of the round computes its vote with (DESIGN.md section
+    3), announced so that participants and aggregator cannot disagree: ``svm`` is the
+    pointwise SVM ranking loss the 2018 study shipped; ``relative`` (default) divides each
+    score by the selected suggestion's, which makes the loss independent of the model's
+    scale (docs/simulation.md); ``margin`` is the SVM margin."""
+
+    model_config = ConfigDict(strict=True, frozen=True, extra="forbid", allow_inf_nan=False)
+
+    loss: Literal["relative", "svm"] = "relative"
+    margin: float = Field(default=0.0, ge=0.0, le=1e6)
+
+
 class RoundParameters(BaseModel):
     """Cohort size n, quorum t (t of n secret sharing) and the phase deadlines, plus the
     secure-aggregation options (SecAgg+ and degree) and the round's differential privacy
@@ -144,6 +157,7 @@ class RoundParameters(BaseModel):
         default_factory=lambda: SecureAggregationSettings()
     )
     privacy: PrivacySettings = Field(default_factory=lambda: PrivacySettings())
+    objective: LearningObjective = Field(default_factory=LearningObjective)
 
     @model_validator(mode="after")
     def _quorum_fits(self) -> RoundParameters:

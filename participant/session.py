@@ -63,10 +63,9 @@ from crypto.secagg import (
     SecAggClient,
     UnmaskResponse,
 )
-from frecency.learning import DEFAULT_MARGIN
 from participant.history import HistorySource, PlacesSource
 from participant.privacy import privatize, refusal, round_cost
-from participant.signal import DEFAULT_LOSS, LossKind, compute_contribution
+from participant.signal import compute_contribution
 from participant.state import ParticipantRecord
 
 logger = logging.getLogger("fedrank.participant")
@@ -110,8 +109,6 @@ class SessionConfig:
 
     participant_id: str
     aggregator_key: bytes
-    margin: float = DEFAULT_MARGIN
-    loss: LossKind = DEFAULT_LOSS
 
 
 class ParticipantSession:
@@ -298,8 +295,9 @@ class ParticipantSession:
             return []
         try:
             pending = self.history.pending(current.weights)
+            objective = current.announcement.params.objective
             contribution = compute_contribution(
-                self.history.model, pending, current.weights, self.config.margin, self.config.loss
+                self.history.model, pending, current.weights, objective.margin, objective.loss
             )
             sent_vote = privatize(contribution.vote, settings, self._dp_random)
             client = SecAggClient(

@@ -25,7 +25,7 @@ from types import FrameType
 from aggregator.config import CoordinatorConfig
 from aggregator.optimizer import RpropConfig
 from aggregator.state import StateDirectory, StateError
-from broker.messages import PrivacySettings
+from broker.messages import LearningObjective, PrivacySettings
 
 DEFAULT_AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/%2F"
 LOG_FORMAT = "%(asctime)s %(name)s %(levelname)s %(message)s"
@@ -93,6 +93,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=_env("FEDRANK_OPTIMIZER", "relative"),
         help="Rprop steps in log space (relative) or in weight units as in 2018 (deployed) "
         "[FEDRANK_OPTIMIZER, relative]")  # fmt: skip
+    add("--loss", choices=("relative", "svm"), default=_env("FEDRANK_LOSS", "relative"),
+        help="the loss participants vote with: relative (scale-free SVM) or svm (as shipped "
+        "in 2018) [FEDRANK_LOSS, relative]")  # fmt: skip
+    add("--margin", type=float, default=_env("FEDRANK_MARGIN", "0"),
+        help="SVM ranking margin [FEDRANK_MARGIN, 0]")  # fmt: skip
     add("--trust-broker-user-ids", action=flag, default=_env_flag("FEDRANK_TRUST_BROKER_USER_IDS"),
         help="require each message's broker user to be participant-<its id> "
         "[FEDRANK_TRUST_BROKER_USER_IDS, on unless the aggregator's user is guest]")  # fmt: skip
@@ -163,6 +168,7 @@ def _config(args: argparse.Namespace) -> CoordinatorConfig:
         secagg_plus=args.secagg_plus,
         degree=args.degree,
         privacy=privacy,
+        objective=LearningObjective(loss=args.loss, margin=args.margin),
         optimizer=optimizer,
         check_user_ids=check_users,
     )

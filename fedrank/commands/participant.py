@@ -86,13 +86,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="broker connection attempts (exponential backoff) before giving up (8)",
     )
     parser.add_argument("--model", default="firefox-2018", help="the model trained")
-    parser.add_argument(
-        "--loss",
-        choices=("relative", "svm"),
-        default="relative",
-        help="relative (default, as fedrank simulate): scores divided by the selected "
-        "row's; svm: the 2018 study's shipped loss",
-    )
     parser.add_argument("--log-level", default="INFO", help="logging level (INFO)")
 
 
@@ -182,7 +175,7 @@ def _build(args: argparse.Namespace) -> ParticipantRunner:
             raise CommandError(f"--places {args.places}: {exc}") from None
         sessions.append(
             ParticipantSession(
-                SessionConfig(participant_id, aggregator_key, loss=args.loss),
+                SessionConfig(participant_id, aggregator_key),
                 history,
                 record,
                 persist=store.save,
