@@ -16,6 +16,7 @@ from broker.messages import (
     CheckIn,
     CohortInvitation,
     DirectoryEntry,
+    LearningObjective,
     MaskedInput,
     ModelAnnouncement,
     PhaseDeadlines,
@@ -65,6 +66,7 @@ def announcement(
     quorum: int = 2,
     cohort: int = 5,
     privacy: PrivacySettings | None = None,
+    objective: LearningObjective | None = None,
     key: bytes | None = AGGREGATOR_KEY,
 ) -> ModelAnnouncement:
     message = ModelAnnouncement(
@@ -79,6 +81,7 @@ def announcement(
             quorum=quorum,
             deadlines=DEADLINES,
             privacy=privacy or PrivacySettings(),
+            objective=objective or LearningObjective(),
         ),
     )
     return message if key is None else sign_message(key, message)
@@ -172,11 +175,12 @@ def run_round(
     threshold: int,
     silent_from: dict[str, type[WireMessage]] | None = None,
     weights: Sequence[float] | None = None,
+    objective: LearningObjective | None = None,
 ) -> StandIn:
     """Announce, check in, invite everyone who checked in, run secure aggregation until
     the outcome; ``silent_from[pid]`` = the first message kind that pid never sends."""
     silent = silent_from or {}
-    message = announcement(round_number, weights=weights, quorum=threshold)
+    message = announcement(round_number, weights=weights, quorum=threshold, objective=objective)
     check_ins = []
     for s in sessions.values():
         replies = s.receive(wire_roundtrip(message), 0.0)
@@ -299,10 +303,12 @@ def test_stale_announcement_is_ignored() -> None:
 # --- a whole round against a real SecAggServer -------------------------------------------
 
 
-def independent_vote(pid: str, rounds: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+def independent_vote(
+    pid: str, rounds: Sequence[int], loss: str = "relative"
+) -> tuple[np.ndarray, np.ndarray]:
     weights = MODEL.spec.defaults()
     pending = synthetic_interactions(SEED, pid, MODEL, [(r, weights) for r in rounds], 2)
-    contribution = compute_contribution(MODEL, pending, weights)
+    contribution = compute_contribution(MODEL, pending, weights, loss=loss)  # type: ignore[arg-type]
     return contribution.vote, encode_input(contribution.vote, contribution.metrics)
 
 
@@ -324,6 +330,18 @@ def test_round_sum_equals_independently_computed_votes() -> None:
     assert isinstance(stand_in.outcome, AggregateSum)
     votes, _ = decode_total(stand_in.outcome.total, D)
     assert np.array_equal(votes, sum(independent_vote(pid, [2])[0] for pid in ids))
+
+
+def test_members_vote_with_the_announced_loss() -> None:
+    ids = [f"p-{i}" for i in range(6)]
+    relative = sum(independent_vote(pid, [1], "relative")[0] for pid in ids)
+    svm = sum(independent_vote(pid, [1], "svm")[0] for pid in ids)
+    assert not np.array_equal(relative, svm)  # the two losses vote differently here
+    sessions = {pid: session(pid) for pid in ids}
+    stand_in = run_round(sessions, 1, threshold=4, objective=LearningObjective(loss="svm"))
+    assert isinstance(stand_in.outcome, AggregateSum)
+    votes, _ = decode_total(stand_in.outcome.total, D)
+    assert np.array_equal(votes, svm)
 
 
 def test_member_dropping_after_masked_input_leaves_the_round_complete() -> None:
