@@ -9,12 +9,14 @@ Every round:
 2. ``per_round`` participants are sampled; each computes the central-difference gradient
    of the SVM loss of all its interactions since its last contribution under the current
    model, and votes ``-sign`` of it (:mod:`frecency.learning`);
-3. the votes are summed (:class:`simulation.aggregation.VoteAggregation`, the plain sum
-   by default) and ``aggregator.optimizer.apply_votes`` steps the model (bounded Rprop,
-   safeguards, poisoning bound);
+3. the votes are summed (:class:`simulation.aggregation.VoteAggregation`: the plain sum
+   by default, or :class:`simulation.secure.SecureSum`, whose round may abort below its
+   threshold, leaving the model unchanged) and ``aggregator.optimizer.apply_votes`` steps
+   the model over the votes in the total (bounded Rprop, safeguards, poisoning bound);
 4. the new model is evaluated on the held-out set (:mod:`simulation.evaluation`).
 
-The model starts from the spec defaults. Everything is drawn from one ``seed``.
+Steps 1-2 and the held-out set live in :mod:`simulation.world`. The model starts from the
+spec defaults. Everything is drawn from one ``seed``.
 """
 
 from __future__ import annotations
@@ -27,43 +29,18 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from aggregator.optimizer import (
-    OptimizerState,
-    RpropConfig,
-    StepApplied,
-    apply_votes,
-    initial_state,
-)
-from frecency.learning import (
-    DEFAULT_EPSILON,
-    DEFAULT_MARGIN,
-    epsilons,
-    grouped_gradients,
-    perturbed_weights,
-    vote,
-)
-from frecency.model import FrecencyModel
-from frecency.registry import get_model
-from frecency.synthetic import (
-    Population,
-    PopulationConfig,
-    Preference,
-    draw_population,
-)
-from frecency.urlbar import type_queries
-from simulation.aggregation import PlainSum, VoteAggregation
-from simulation.evaluation import (
-    HeldOut,
-    Metrics,
-    draw_held_out,
-    evaluate_oracle,
-    evaluate_weights,
-)
+from aggregator.optimizer import OptimizerState, RpropConfig, StepApplied, apply_votes
+from frecency.learning import DEFAULT_EPSILON, DEFAULT_MARGIN
+from frecency.synthetic import PopulationConfig, Preference
+from simulation.aggregation import AggregationAborted, PlainSum, VoteAggregation
+from simulation.evaluation import Metrics
+from simulation.world import World
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
 OptimizerName = Literal["relative", "deployed"]
 LossName = Literal["svm", "relative"]
+RoundOutcome = Literal["completed", "aborted"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +114,12 @@ class RoundResult:
     interactions: int
     direction: tuple[int, ...]
     rejected: str | None = None
+    #: ``"completed"``: the model stepped; ``"aborted"``: secure aggregation gave up
+    #: (below threshold) or the step was rejected, and the model is unchanged.
+    outcome: RoundOutcome = "completed"
+    #: Voters whose votes are in the total (secure aggregation: masked input arrived).
+    survivors: int | None = None
+    abort_reason: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -147,6 +130,9 @@ class RoundResult:
             "interactions": self.interactions,
             "direction": list(self.direction),
             "rejected": self.rejected,
+            "outcome": self.outcome,
+            "survivors": self.voters if self.survivors is None else self.survivors,
+            "abort_reason": self.abort_reason,
         }
 
 
@@ -174,79 +160,6 @@ class SimulationResult:
         }
 
 
-class _Interactions:
-    """Every participant's interactions, kept until it contributes them."""
-
-    def __init__(self) -> None:
-        self._owner: list[IntArray] = []
-        self._shown: list[NDArray[np.int32]] = []
-        self._selected: list[IntArray] = []
-        self._round: list[int] = []
-
-    def add(self, round_index: int, owner: IntArray, shown: IntArray, selected: IntArray) -> None:
-        self._owner.append(owner)
-        self._shown.append(shown.astype(np.int32))
-        self._selected.append(selected)
-        self._round.append(round_index)
-
-    def since(self, sampled: IntArray, last: IntArray) -> tuple[IntArray, IntArray, IntArray]:
-        """Interactions of the ``sampled`` participants newer than their ``last``
-        contribution: (owner, shown, selected)."""
-        chosen = np.zeros(last.shape[0], dtype=np.bool_)
-        chosen[sampled] = True
-        owners, shown, selected = [], [], []
-        for round_index, owner, rows, picks in zip(
-            self._round, self._owner, self._shown, self._selected, strict=True
-        ):
-            keep = chosen[owner] & (last[owner] < round_index)
-            owners.append(owner[keep])
-            shown.append(rows[keep])
-            selected.append(picks[keep])
-        return (
-            np.concatenate(owners),
-            np.concatenate(shown).astype(np.int64),
-            np.concatenate(selected),
-        )
-
-
-def participant_votes(
-    model: FrecencyModel,
-    population: Population,
-    weights: FloatArray,
-    owner: IntArray,
-    shown: IntArray,
-    selected: IntArray,
-    margin: float,
-    epsilon: float,
-    chunk: int,
-    relative: bool = False,
-) -> tuple[IntArray, IntArray]:
-    """Each owner's vote over its interactions (shown pages are population pages):
-    returns (owners in ascending order, votes ``(n, d)``)."""
-    people, group = np.unique(owner, return_inverse=True)
-    steps = epsilons(model.spec, epsilon)
-    stacked = perturbed_weights(weights, steps)
-    votes = np.zeros((people.size, model.spec.dimension), dtype=np.int64)
-    for begin in range(0, people.size, chunk):
-        rows = (group >= begin) & (group < begin + chunk)
-        part = shown[rows]
-        pages = np.unique(part[part >= 0])
-        local = np.where(part >= 0, np.searchsorted(pages, np.maximum(part, 0)), -1)
-        scores = model.score(population.batch.take(pages), stacked)
-        gradient, _ = grouped_gradients(
-            scores,
-            local,
-            selected[rows],
-            group[rows] - begin,
-            min(chunk, people.size - begin),
-            steps,
-            margin,
-            relative,
-        )
-        votes[begin : begin + gradient.shape[0]] = vote(gradient)
-    return people, votes
-
-
 def run_simulation(
     config: SimulationConfig,
     aggregation: VoteAggregation | None = None,
@@ -254,82 +167,52 @@ def run_simulation(
     on_setup: Callable[[Metrics, Metrics], None] | None = None,
 ) -> SimulationResult:
     """Run the simulation; ``progress`` is called after every round."""
-    model = get_model(config.model)
-    spec = model.spec
-    rng = np.random.default_rng(config.seed)
     summing = aggregation if aggregation is not None else PlainSum()
-    population = draw_population(
-        rng, config.population, model, config.preference, config.participants
-    )
-    held_out: HeldOut = draw_held_out(
-        rng,
-        config.population,
-        model,
-        config.preference,
-        config.held_out_people,
-        config.held_out_queries_per_person,
-    )
-    rprop = config.rprop()
-    state: OptimizerState = initial_state(spec, rprop)
-    baseline = evaluate_weights(held_out, np.asarray(state.weights), config.margin)
-    oracle = evaluate_oracle(held_out, config.margin)
+    world = World(config)
+    spec = world.spec
+    state: OptimizerState = world.initial_state()
+    baseline = world.evaluate(state.weights)
+    oracle = world.oracle()
     if on_setup is not None:
         on_setup(baseline, oracle)
 
-    store = _Interactions()
-    last = np.full(config.participants, -1, dtype=np.int64)
-    everyone = np.arange(config.participants, dtype=np.int64)
     results: list[RoundResult] = []
     for round_index in range(config.rounds):
         weights = np.asarray(state.weights, dtype=np.float64)
-        # 1. Everyone searches under the model in force.
-        counts = (rng.exponential(config.interactions_scale, config.participants)).astype(
-            np.int64
-        ) + 1
-        owners = np.repeat(everyone, counts)
-        queries = population.draw_queries(rng, config.population, owners)
-        scores = model.score(population.batch, weights[np.newaxis, :])[0]
-        outcome = type_queries(queries, scores[queries.page])
-        store.add(round_index, owners, outcome.shown, outcome.selected)
+        # 1. Everyone searches under the model in force; 2. a sample votes on
+        # everything since its last contribution.
+        sample = world.begin_round(round_index, weights)
+        voters, votes = world.votes(sample, weights)
+        world.contributed(sample.sampled, round_index)
 
-        # 2. A sample votes on everything since its last contribution.
-        sampled = np.sort(rng.choice(config.participants, config.per_round, replace=False))
-        owner, shown, selected = store.since(sampled, last)
-        voters, votes = participant_votes(
-            model,
-            population,
-            weights,
-            owner,
-            shown,
-            selected,
-            config.margin,
-            config.epsilon,
-            config.gradient_chunk,
-            config.loss == "relative",
-        )
-        last[sampled] = round_index
-
-        # 3. Sum and step.
-        total = summing.aggregate(list(votes))
-        step = apply_votes(spec, rprop, state, total, int(voters.size))
-        rejected = None
+        # 3. Sum (a secure aggregation may abort: the model stays) and step.
+        summed = summing.run_round(list(votes), round_index + 1)
         direction: tuple[int, ...] = (0,) * spec.dimension
-        if isinstance(step, StepApplied):
-            state = step.state
-            direction = step.direction
+        rejected = abort_reason = None
+        if isinstance(summed, AggregationAborted):
+            survivors, abort_reason = summed.survivors, summed.reason
         else:
-            rejected = step.reason
+            survivors = len(summed.included)
+            step = apply_votes(spec, world.rprop, state, summed.total, survivors)
+            if isinstance(step, StepApplied):
+                state = step.state
+                direction = step.direction
+            else:
+                rejected = step.reason
+                abort_reason = f"step rejected: {step.reason}"
 
         # 4. Held-out evaluation of the new model.
-        metrics = evaluate_weights(held_out, np.asarray(state.weights), config.margin)
         result = RoundResult(
             round=round_index + 1,
-            metrics=metrics,
+            metrics=world.evaluate(state.weights),
             weights=state.weights,
             voters=int(voters.size),
-            interactions=int(owner.size),
+            interactions=int(sample.interactions.owner.size),
             direction=direction,
             rejected=rejected,
+            outcome="completed" if abort_reason is None else "aborted",
+            survivors=survivors,
+            abort_reason=abort_reason,
         )
         results.append(result)
         if progress is not None:
