@@ -34,11 +34,10 @@ class VotesSummed:
 
 @dataclass(frozen=True, slots=True)
 class AggregationAborted:
-    """The round's aggregation gave up: ``reason`` says why; ``survivors`` is how many
-    members were still answering when it did."""
+    """The round's aggregation gave up (no vote is in any total): ``reason`` says why,
+    e.g. ``below threshold at MaskedInputCollection: 15 of t=20``."""
 
     reason: str
-    survivors: int
 
 
 AggregationOutcome = VotesSummed | AggregationAborted

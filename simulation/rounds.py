@@ -190,7 +190,7 @@ def run_simulation(
         direction: tuple[int, ...] = (0,) * spec.dimension
         rejected = abort_reason = None
         if isinstance(summed, AggregationAborted):
-            survivors, abort_reason = summed.survivors, summed.reason
+            survivors, abort_reason = 0, summed.reason
         else:
             survivors = len(summed.included)
             step = apply_votes(spec, world.rprop, state, summed.total, survivors)
