@@ -78,6 +78,8 @@ def test_participants_killed_in_every_phase_above_quorum_round_completes(
         aggregator = stack.processes[-1]
         try:
             records = stack.wait_rounds(1, timeout=120, outcome=None)
+            # --rounds 1: it stops by itself once the round is logged.
+            stack.wait_exit(aggregator, timeout=30)
         finally:
             tap.close()
         stack.stop_all()
