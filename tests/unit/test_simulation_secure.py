@@ -90,7 +90,7 @@ def test_dropouts_change_nothing_but_the_sum() -> None:
     dropping = run_simulation(SMALL, SecureSum.seeded(SecureConfig(dropout=0.05), SMALL.seed))
     assert dropping.baseline == plain.baseline
     assert [r.voters for r in dropping.rounds] == [r.voters for r in plain.rounds]
-    assert [r.interactions for r in dropping.rounds][0] == plain.rounds[0].interactions
+    assert dropping.rounds[0].interactions == plain.rounds[0].interactions
 
 
 def test_below_threshold_the_round_aborts_and_the_model_stays() -> None:
