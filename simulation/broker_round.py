@@ -9,7 +9,8 @@ is the real aggregator; the simulation only supplies the world and evaluates.
   cohort, crypto.secagg server, poisoning bound, bounded Rprop with the simulation's
   ``RpropConfig``, the simulation's loss and margin announced as the round's learning
   objective, round log) in one thread, on its own transport, with its state in a
-  temporary directory;
+  temporary directory (built in that thread: a RabbitMQ transport belongs to the thread
+  that opened it);
 * the participants: one ``participant.session.ParticipantSession`` per simulated person
   (its own Ed25519 identity, pinned to the aggregator's key), all driven by one
   ``participant.runner.ParticipantRunner`` in another thread on its own transport. Each
@@ -48,9 +49,10 @@ from numpy.typing import NDArray
 from aggregator.config import SECAGG_PHASES, CoordinatorConfig
 from aggregator.roundlog import RoundRecord
 from aggregator.service import AggregatorService, ServiceOptions
+from aggregator.signing import load_or_create_signing_key
 from aggregator.state import StateDirectory
 from broker.messages import LearningObjective
-from broker.topology import AGGREGATOR_QUEUE, declare_core
+from broker.topology import AGGREGATOR_QUEUE, declare_core, declare_participant
 from broker.transport import Transport
 from crypto.hazmat import primitives
 from frecency.history import Interaction
@@ -189,6 +191,40 @@ class _Worker(threading.Thread):
             self.error = error
 
 
+class _AggregatorThread(_Worker):
+    """The aggregator service, built in its thread (a RabbitMQ transport belongs to the
+    thread that opened it); ``records`` are its round records so far."""
+
+    def __init__(
+        self,
+        connect: Callable[[], Transport],
+        state_dir: StateDirectory,
+        config: CoordinatorConfig,
+        options: ServiceOptions,
+    ) -> None:
+        super().__init__("aggregator", self._serve)
+        self.halt = threading.Event()
+        self.service: AggregatorService | None = None
+        self._connect = connect
+        self._state_dir = state_dir
+        self._config = config
+        self._options = options
+
+    @property
+    def records(self) -> list[RoundRecord]:
+        return [] if self.service is None else self.service.records
+
+    def _serve(self) -> None:
+        transport = self._connect()
+        try:
+            self.service = AggregatorService(
+                transport, self._state_dir, self._config, self._options, stop=self.halt
+            )
+            self.service.run()
+        finally:
+            transport.close()
+
+
 def round_result(world: World, rounds: SharedRounds, record: RoundRecord) -> RoundResult:
     """The simulation's row for one round the aggregator recorded."""
     sample = rounds.samples.get(record.round)
@@ -236,39 +272,44 @@ def run_over_broker(
         return SimulationResult(config, world.spec.names, baseline, oracle, ())
     rounds = SharedRounds(world)
     tag = secrets.token_hex(4)
+    participant_ids = [f"sim-{tag}-{person}" for person in range(config.participants)]
     with tempfile.TemporaryDirectory(prefix="fedrank-simulate-") as scratch:
         setup = connect()
-        try:
+        try:  # queues bound before the first announcement; nothing stale left
             declare_core(setup)
+            for participant_id in participant_ids:
+                declare_participant(setup, participant_id)
             discard_stale_submissions(setup)
         finally:
             setup.close()
-        service = AggregatorService(
-            connect(),
-            StateDirectory(Path(scratch) / "aggregator"),
-            coordinator_config(config, secure, options, world),
-            ServiceOptions(rounds=0, poll_seconds=options.poll_seconds),
-        )
-        aggregator_key = primitives.public_signing_key(service.signing_key)
+        state_dir = StateDirectory(Path(scratch) / "aggregator")
+        state_dir.ensure()
+        signing_key = load_or_create_signing_key(state_dir.signing_key_file)
+        aggregator_key = primitives.public_signing_key(signing_key)
         sessions = [
             ParticipantSession(
-                SessionConfig(participant_id=f"sim-{tag}-{person}", aggregator_key=aggregator_key),
+                SessionConfig(participant_id=participant_id, aggregator_key=aggregator_key),
                 WorldHistory(rounds, person),
                 ParticipantRecord(primitives.generate_signing_key()),
             )
-            for person in range(config.participants)
+            for person, participant_id in enumerate(participant_ids)
         ]
         runner = ParticipantRunner(
             sessions, connect, RunnerConfig(poll_interval=options.poll_seconds)
         )
-        runner.open()  # queues bound before the first announcement
-        workers = [_Worker("participants", runner.run), _Worker("aggregator", service.run)]
+        aggregator = _AggregatorThread(
+            connect,
+            state_dir,
+            coordinator_config(config, secure, options, world),
+            ServiceOptions(rounds=0, poll_seconds=options.poll_seconds),
+        )
+        workers = [_Worker("participants", runner.run), aggregator]
         for worker in workers:
             worker.start()
         try:
-            results = _collect(world, rounds, service, workers, config.rounds, options, progress)
+            results = _collect(world, rounds, aggregator, workers, config.rounds, options, progress)
         finally:
-            service.stop.set()
+            aggregator.halt.set()
             runner.stop()
             for worker in workers:
                 worker.join(timeout=60)
@@ -278,7 +319,7 @@ def run_over_broker(
 def _collect(
     world: World,
     rounds: SharedRounds,
-    service: AggregatorService,
+    aggregator: _AggregatorThread,
     workers: list[_Worker],
     wanted: int,
     options: BrokerOptions,
@@ -289,7 +330,7 @@ def _collect(
     waiting = threading.Event()
     give_up = time.monotonic() + options.round_timeout()
     while len(results) < wanted:
-        records = service.records
+        records = aggregator.records
         if len(records) > len(results):
             result = round_result(world, rounds, records[len(results)])
             results.append(result)
