@@ -14,6 +14,10 @@ or buggy peer):
 
 Each is rejected with a reason in the receiving process's log, nobody crashes, the
 participants keep the model they had, and the next round completes.
+
+And a participant that poisons its secure input (a vote coordinate of 1000): the unmasked
+total breaks the poisoning bound |v_k| <= survivors, so the round aborts with that reason
+and the model does not change (DESIGN.md section 4).
 """
 
 from __future__ import annotations
@@ -198,3 +202,68 @@ def _latest_announcement(amqp_url: str) -> bytes | None:
             if msgpack.unpackb(delivery.body)[1] == "model-announcement":
                 return delivery.body
     return None
+
+
+#: A participant whose secure input adds 1000 to the first vote coordinate (in Z_2^32),
+#: far outside what a ternary vote can be: the real `fedrank participant` with its input
+#: encoder wrapped. Secure aggregation hides who did it; the sum gives it away.
+POISONED_PARTICIPANT = """
+import sys
+import numpy as np
+import participant.session as session
+honest = session.encode_input
+def poisoned(vote, metrics):
+    encoded = np.array(honest(vote, metrics), dtype=np.uint32, copy=True)
+    encoded[0] = np.uint32((int(encoded[0]) + 1000) % 2**32)
+    return encoded
+session.encode_input = poisoned
+from fedrank.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_vote_total_outside_the_bound_aborts_the_round_model_unchanged(
+    tmp_path: Path,
+) -> None:
+    with running_stack(tmp_path) as stack:
+        vhost = stack.amqp_url.rsplit("/", 1)[1]
+
+        def start_attacker() -> None:
+            # Joins late (after the honest queues are bound); its model request waits in
+            # the aggregator's queue like everyone else's.
+            argv = stack.command(
+                "participant",
+                "--aggregator-key",
+                str(stack.key_file),
+                "--synthetic",
+                "99",
+                "--id",
+                "mallory",
+            )
+            stack.spawn("participant-mallory", [argv[0], "-c", POISONED_PARTICIPANT, *argv[3:]])
+
+        start_participants_then_aggregator(
+            stack,
+            vhost,
+            5,
+            "--cohort",
+            "6",
+            "--quorum",
+            "4",
+            *FAST,
+            before_aggregator=start_attacker,
+        )
+        aggregator = stack.processes[-1]
+        records = stack.wait_rounds(1, timeout=90, outcome=None)
+        state = stack.state()
+        assert aggregator.running(), stack.logs_text()
+        stack.stop_all()
+
+    first = records[0]
+    assert "mallory-0" in first.survivor_ids, "the attacker was not in the sum"
+    assert first.outcome == "aborted", first
+    assert first.abort_reason is not None and "poisoning bound" in first.abort_reason
+    assert "coordinate 0" in first.abort_reason
+    assert first.version_after == first.version_before == 0
+    assert first.weights_after == first.weights_before
+    assert state is None or state.version == 0
