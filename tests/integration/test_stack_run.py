@@ -132,3 +132,42 @@ def test_rounds_complete_and_vote_totals_match_the_participants_votes(
     ]
     participant_logs = "\n".join(p.log() for p in stack.processes if p.name != "aggregator")
     assert "Traceback" not in participant_logs
+
+
+def test_skellam_rounds_carry_noise_within_its_bound_and_spend_privacy(tmp_path: Path) -> None:
+    """--dp skellam: each member adds discrete noise before masking (DESIGN.md section 6),
+    so the unmasked total is the survivors' votes plus noise of variance survivors x
+    variance: close to, but not equal to, the recomputed votes; the privacy spent grows."""
+    processes, variance = 8, 4.0
+    with running_stack(tmp_path) as stack:
+        vhost = stack.amqp_url.rsplit("/", 1)[1]
+        start_participants_then_aggregator(
+            stack,
+            vhost,
+            processes,
+            "--rounds",
+            "2",
+            "--cohort",
+            str(processes),
+            "--quorum",
+            "5",
+            "--dp",
+            "skellam",
+            "--skellam-variance",
+            str(variance),
+            *FAST,
+        )
+        aggregator = stack.processes[-1]
+        assert stack.wait_exit(aggregator, timeout=120) == 0, stack.logs_text()
+        records = stack.records()
+
+    assert [r.outcome for r in records] == ["completed", "completed"], stack.logs_text()
+    honest = recomputed_vote_totals(records)
+    for record in records:
+        assert record.dp_mode == "skellam" and record.vote_totals is not None
+        noise = np.asarray(record.vote_totals) - np.asarray(honest[record.round])
+        sigma = float(np.sqrt(record.survived * variance))
+        assert np.all(np.abs(noise) <= 8 * sigma), noise
+        assert np.any(noise != 0), "no noise in a Skellam round"
+    spent = [r.epsilon_spent for r in records]
+    assert spent[0] is not None and spent[1] is not None and 0 < spent[0] < spent[1]
