@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import TextIO
 
+from broker.transport import BrokerError
 from frecency.registry import MODEL_NAMES
 from simulation.aggregation import PlainSum, VoteAggregation
 from simulation.evaluation import Metrics, gap_closed
@@ -207,7 +208,11 @@ def run(args: argparse.Namespace) -> int:
     if secure is not None:
         aggregation.update(secure.as_dict())
     print(f"aggregation: {aggregation}", file=sys.stderr)
-    result = _simulate(args, config, secure, table)
+    try:
+        result = _simulate(args, config, secure, table)
+    except (BrokerError, TimeoutError, RuntimeError) as exc:  # --transport rabbitmq
+        print(f"fedrank simulate: over the broker: {exc}", file=sys.stderr)
+        return 1
     table.done()
     final = result.final
     if final is not None:
