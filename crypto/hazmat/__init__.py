@@ -1,10 +1,11 @@
 """HAZARDOUS MATERIALS: raw cryptographic building blocks of secure aggregation.
 
 Implements the primitives of DESIGN.md section 6 (X25519, HKDF-SHA256, a ChaCha20 mask
-PRG, ChaCha20-Poly1305 AEAD, Ed25519) and Shamir secret sharing over GF(2^31 - 1)
-(Bonawitz et al., CCS 2017, section 3). Each is correct only when used exactly as
-``crypto.secagg`` uses it: labels per purpose, keys bound to session, round and pair,
-single-use AEAD keys. Call ``crypto.secagg`` instead unless you are writing a protocol.
+PRG, ChaCha20-Poly1305 AEAD with a random nonce, or the zero nonce for single-use keys,
+Ed25519) and Shamir secret sharing over GF(2^31 - 1) (Bonawitz et al., CCS 2017,
+section 3). Each is correct only when used exactly as ``crypto.secagg`` uses it: labels
+per purpose, keys bound to session, round and pair, single-use AEAD keys.
+Call ``crypto.secagg`` instead unless you are writing a protocol.
 """
 
 from crypto.hazmat.primitives import (
@@ -12,9 +13,11 @@ from crypto.hazmat.primitives import (
     DecryptionError,
     RandomSource,
     decrypt,
+    decrypt_single_use,
     derive,
     encode_fields,
     encrypt,
+    encrypt_single_use,
     exchange,
     expand_mask,
     generate_agreement_key,
@@ -48,10 +51,12 @@ __all__ = [
     "ReconstructionError",
     "decode_share",
     "decrypt",
+    "decrypt_single_use",
     "derive",
     "encode_fields",
     "encode_share",
     "encrypt",
+    "encrypt_single_use",
     "exchange",
     "expand_mask",
     "generate_agreement_key",

@@ -6,8 +6,10 @@ Thin, typed wrappers over pyca/cryptography with verbs as names:
 - ``derive``: HKDF-SHA256 (RFC 5869) with a purpose label and a context, so that every key
   is bound to its purpose, session, round and pair;
 - ``expand_mask``: a ChaCha20 keystream read as little-endian uint32, the mask PRG;
-- ``encrypt`` / ``decrypt``: ChaCha20-Poly1305 with associated data; every failure is the
-  one opaque ``DecryptionError``;
+- ``encrypt`` / ``decrypt``: ChaCha20-Poly1305 with associated data and a random nonce;
+  ``encrypt_single_use`` / ``decrypt_single_use`` the same with the all-zero nonce, for
+  keys derived to encrypt exactly one message (no nonce sent); every failure is the one
+  opaque ``DecryptionError``;
 - ``generate_signing_key`` / ``sign`` / ``verify``: Ed25519 identities.
 
 Keys are raw 32-byte strings so messages stay plain data. Randomness is a
@@ -16,6 +18,7 @@ Keys are raw 32-byte strings so messages stay plain data. Randomness is a
 
 from __future__ import annotations
 
+import hmac
 import os
 from collections.abc import Callable
 
@@ -116,8 +119,30 @@ def exchange(
 # --- HKDF -------------------------------------------------------------------------------
 
 
+_HASH_SIZE = 32
+_ZERO_SALT = bytes(_HASH_SIZE)
+
+
 def hkdf(input_key: bytes, salt: bytes | None, info: bytes, length: int) -> bytes:
-    """Plain HKDF-SHA256 (RFC 5869): extract with ``salt``, expand with ``info``."""
+    """Plain HKDF-SHA256 (RFC 5869): extract with ``salt``, expand with ``info``.
+
+    Written with one-shot HMACs (``hmac.digest``, OpenSSL underneath): the same bytes as
+    ``cryptography``'s ``HKDF`` (tested), without building its objects per call, which
+    dominated a derivation of 32 bytes.
+    """
+    if not 0 < length <= 255 * _HASH_SIZE:
+        raise ValueError("HKDF-SHA256 output length must lie in [1, 8160]")
+    prk = hmac.digest(salt or _ZERO_SALT, input_key, "sha256")
+    blocks: list[bytes] = []
+    previous = b""
+    for counter in range(1, -(-length // _HASH_SIZE) + 1):
+        previous = hmac.digest(prk, previous + info + bytes((counter,)), "sha256")
+        blocks.append(previous)
+    return b"".join(blocks)[:length]
+
+
+def reference_hkdf(input_key: bytes, salt: bytes | None, info: bytes, length: int) -> bytes:
+    """``cryptography``'s HKDF-SHA256, the reference ``hkdf`` is tested against."""
     return HKDF(algorithm=hashes.SHA256(), length=length, salt=salt, info=info).derive(input_key)
 
 
@@ -161,6 +186,30 @@ def encrypt(
     _check_key(key, "AEAD key")
     nonce = random(NONCE_SIZE)
     return nonce + ChaCha20Poly1305(key).encrypt(nonce, plaintext, associated_data)
+
+
+_ZERO_NONCE = bytes(NONCE_SIZE)
+
+
+def encrypt_single_use(key: bytes, plaintext: bytes, associated_data: bytes) -> bytes:
+    """ChaCha20-Poly1305 under the all-zero nonce: ``ciphertext || tag``.
+
+    Only for a key that encrypts exactly one message (derived per purpose, session, round
+    and ordered pair): a (key, nonce) pair must never repeat, and here the key never does.
+    """
+    _check_key(key, "AEAD key")
+    return ChaCha20Poly1305(key).encrypt(_ZERO_NONCE, plaintext, associated_data)
+
+
+def decrypt_single_use(key: bytes, ciphertext: bytes, associated_data: bytes) -> bytes:
+    """Inverse of ``encrypt_single_use``; any failure raises ``DecryptionError``."""
+    _check_key(key, "AEAD key")
+    if len(ciphertext) < 16:
+        raise DecryptionError("decryption failed")
+    try:
+        return ChaCha20Poly1305(key).decrypt(_ZERO_NONCE, ciphertext, associated_data)
+    except InvalidTag:
+        raise DecryptionError("decryption failed") from None
 
 
 def decrypt(key: bytes, ciphertext: bytes, associated_data: bytes) -> bytes:

@@ -9,7 +9,10 @@ that carry the security argument are enforced here:
   misstating this member's keys; every message must carry this round and session;
 - shares are decrypted with sender, recipient, session and round as associated data;
 - the survivor list must not overlap the dropout list, must be the one this member signed,
-  and must come with at least t valid survivor signatures;
+  and must come with at least t survivor signatures, of which the client verifies, in the
+  order given, those of its closed neighbourhood until it holds the neighbourhood
+  threshold of valid ones (t on the complete graph; docs/secure-aggregation.md,
+  "Consistency check": an invalid one met on the way is refused);
 - each peer gets exactly one ``PeerStatus``, and only that status decides which share is
   revealed, so revealing both the self-mask share and the key share of one peer cannot be
   expressed; and the client reveals at most once.
@@ -125,7 +128,7 @@ class SecAggClient:
         self._seed = random(primitives.KEY_SIZE)
         self._session = b""
         self._graph: NeighbourGraph | None = None
-        self._roster_keys: dict[int, tuple[bytes, bytes]] = {}
+        self._roster: dict[int, RosterEntry] = {}
         self._held: dict[int, _HeldShares] = {}
         self._survivors: tuple[int, ...] = ()
 
@@ -191,12 +194,13 @@ class SecAggClient:
         for entry in roster:
             if entry.member not in self._directory:
                 raise _refuse(Refusal.UNKNOWN_MEMBER, f"member {entry.member}")
-            self._roster_keys[entry.member] = (entry.cipher_public_key, entry.mask_public_key)
+            self._roster[entry.member] = entry
         own = (
             primitives.public_agreement_key(self._cipher_key),
             primitives.public_agreement_key(self._mask_key),
         )
-        if self._roster_keys.get(self.member) != own:
+        mine = self._roster.get(self.member)
+        if mine is None or (mine.cipher_public_key, mine.mask_public_key) != own:
             raise _refuse(Refusal.INCONSISTENT_LISTS, "roster misstates this member's keys")
         session = transcript.session_id(self.parameters, roster)
         if message.session_id != session:
@@ -206,7 +210,7 @@ class SecAggClient:
         # only the keys of neighbours are used, so only theirs need verifying (SecAgg+:
         # O(log n) signatures per member; the full graph verifies everyone)
         for entry in roster:
-            if entry.member in graph.neighbours(self.member):
+            if graph.are_neighbours(self.member, entry.member):
                 self._verify_advert(entry)
         self._graph = graph
         holders = graph.share_holders(self.member)
@@ -218,19 +222,17 @@ class SecAggClient:
                 self._held[holder] = held
                 continue
             key = transcript.share_encryption_key(
-                _agree(self._cipher_agreement, self._roster_keys[holder][0], holder),
+                _agree(self._cipher_agreement, self._roster[holder].cipher_public_key, holder),
                 session,
                 self.parameters.round,
                 self.member,
                 holder,
             )
-            plaintext = transcript.share_plaintext(
-                self.member, holder, held.key_share, held.seed_share
-            )
+            plaintext = transcript.share_plaintext(held.key_share, held.seed_share)
             associated = transcript.share_associated_data(
                 self.member, holder, session, self.parameters.round
             )
-            ciphertext = primitives.encrypt(key, plaintext, associated, self._random)
+            ciphertext = primitives.encrypt_single_use(key, plaintext, associated)
             encrypted.append(EncryptedShare(self.member, holder, ciphertext))
         self.phase = ClientPhase.SHARED
         return EncryptedShares(self.parameters.round, session, self.member, tuple(encrypted))
@@ -244,11 +246,10 @@ class SecAggClient:
 
     def _masked_input(self, message: MaskedInputRequest) -> MaskedInput:
         graph = self._require_graph()
-        neighbours = graph.neighbours(self.member)
         for share in message.shares:
             if share.recipient != self.member:
                 raise _refuse(Refusal.WRONG_RECIPIENT, f"share for {share.recipient}")
-            if share.sender not in neighbours:
+            if not graph.are_neighbours(self.member, share.sender):
                 raise _refuse(Refusal.UNKNOWN_MEMBER, f"share from non-neighbour {share.sender}")
             if share.sender in self._held:
                 raise _refuse(Refusal.DUPLICATE_MEMBER, f"two shares from {share.sender}")
@@ -266,7 +267,7 @@ class SecAggClient:
         for peer in self._held:
             if peer == self.member:
                 continue
-            secret = _agree(mask_key, self._roster_keys[peer][1], peer)
+            secret = _agree(mask_key, self._roster[peer].mask_public_key, peer)
             mask = transcript.pairwise_mask(
                 secret, self._session, self.parameters.round, self.member, peer, length
             )
@@ -276,7 +277,9 @@ class SecAggClient:
 
     def _decrypt_share(self, share: EncryptedShare) -> _HeldShares:
         key = transcript.share_encryption_key(
-            _agree(self._cipher_agreement, self._roster_keys[share.sender][0], share.sender),
+            _agree(
+                self._cipher_agreement, self._roster[share.sender].cipher_public_key, share.sender
+            ),
             self._session,
             self.parameters.round,
             share.sender,
@@ -286,16 +289,14 @@ class SecAggClient:
             share.sender, self.member, self._session, self.parameters.round
         )
         try:
-            plaintext = primitives.decrypt(key, share.ciphertext, associated)
-            sender, recipient, key_share, seed_share = transcript.parse_share_plaintext(plaintext)
+            plaintext = primitives.decrypt_single_use(key, share.ciphertext, associated)
+            key_share, seed_share = transcript.parse_share_plaintext(plaintext)
             shamir.decode_share(key_share)
             shamir.decode_share(seed_share)
         except primitives.DecryptionError:
             raise _refuse(Refusal.DECRYPTION_FAILED, f"share from {share.sender}") from None
         except ValueError:
             raise _refuse(Refusal.MALFORMED, f"share from {share.sender}") from None
-        if (sender, recipient) != (share.sender, self.member):
-            raise _refuse(Refusal.MALFORMED, f"share from {share.sender} names other members")
         return _HeldShares(key_share, seed_share)
 
     def _sign_survivors(self, message: ConsistencyCheckRequest) -> SurvivorSignature:
@@ -309,7 +310,11 @@ class SecAggClient:
                 Refusal.BELOW_THRESHOLD,
                 f"{len(survivors)} survivors < t={self.parameters.threshold}",
             )
-        unseen = (set(survivors) & graph.neighbours(self.member)) - self._held.keys()
+        unseen = {
+            s
+            for s in survivors
+            if s not in self._held and graph.are_neighbours(self.member, s)
+        }
         if unseen:
             raise _refuse(
                 Refusal.INCONSISTENT_LISTS, f"survivors {sorted(unseen)} never shared here"
@@ -338,11 +343,12 @@ class SecAggClient:
         if tuple(sorted(survivors)) != self._survivors:
             raise _refuse(Refusal.INCONSISTENT_LISTS, "survivors differ from the list signed")
         expected_dropped = set(self._held) - survivors
-        if dropped & (graph.neighbours(self.member) | {self.member}) != expected_dropped:
+        dropped_here = {w for w in dropped if graph.are_neighbours(self.member, w)}
+        if dropped_here != expected_dropped:
             raise _refuse(
                 Refusal.INCONSISTENT_LISTS, "dropouts differ from the neighbours that shared"
             )
-        self._check_survivor_signatures(message)
+        self._check_survivor_signatures(message, graph)
         statuses: dict[int, PeerStatus] = {}
         for owner in sorted(self._held):
             statuses[owner] = (
@@ -355,24 +361,45 @@ class SecAggClient:
         self.phase = ClientPhase.DONE
         return UnmaskResponse(self.parameters.round, self._session, self.member, revealed)
 
-    def _check_survivor_signatures(self, message: UnmaskRequest) -> None:
-        payload = transcript.survivors_payload(
-            self._session, self.parameters.round, self._survivors
-        )
+    def _check_survivor_signatures(self, message: UnmaskRequest, graph: NeighbourGraph) -> None:
+        """At least t distinct survivors signed; of the signatures of this member's closed
+        neighbourhood, the first ``graph.threshold`` are verified, and must all be valid.
+
+        On the complete graph that is t valid signatures on the one survivor list this
+        member signed (Bonawitz et al. 2017, round 3: t suffice, more add nothing); on
+        SecAgg+ the neighbourhood's, whose shares are the only ones this member reveals
+        (Bell et al. 2020). The argument is in docs/secure-aggregation.md."""
+        survivors = frozenset(self._survivors)
         signers: set[int] = set()
         for item in message.signatures:
             if item.member in signers:
                 raise _refuse(Refusal.DUPLICATE_MEMBER, f"two signatures of {item.member}")
-            if item.member not in self._survivors:
+            if item.member not in survivors:
                 raise _refuse(Refusal.UNKNOWN_MEMBER, f"signature of non-survivor {item.member}")
-            identity = self._directory[item.member]
-            if not primitives.verify(identity, item.signature, payload):
-                raise _refuse(Refusal.BAD_SIGNATURE, f"survivor signature of {item.member}")
             signers.add(item.member)
         if len(signers) < self.parameters.threshold:
             raise _refuse(
                 Refusal.BELOW_THRESHOLD,
                 f"{len(signers)} survivor signatures < t={self.parameters.threshold}",
+            )
+        payload = transcript.survivors_payload(
+            self._session, self.parameters.round, self._survivors
+        )
+        needed = graph.threshold
+        valid = 0
+        for item in message.signatures:
+            if valid >= needed:
+                return
+            if item.member != self.member and not graph.are_neighbours(self.member, item.member):
+                continue
+            identity = self._directory[item.member]
+            if not primitives.verify(identity, item.signature, payload):
+                raise _refuse(Refusal.BAD_SIGNATURE, f"survivor signature of {item.member}")
+            valid += 1
+        if valid < needed:
+            raise _refuse(
+                Refusal.BELOW_THRESHOLD,
+                f"{valid} neighbourhood survivor signatures < t={needed}",
             )
 
     # --- helpers --------------------------------------------------------------------
@@ -380,7 +407,7 @@ class SecAggClient:
     def _check_member_list(self, members: tuple[int, ...], what: str) -> None:
         if len(set(members)) != len(members):
             raise _refuse(Refusal.DUPLICATE_MEMBER, f"{what} list names a member twice")
-        unknown = set(members) - self._roster_keys.keys()
+        unknown = set(members) - self._roster.keys()
         if unknown:
             raise _refuse(Refusal.UNKNOWN_MEMBER, f"{what}s {sorted(unknown)} not in roster")
 

@@ -312,7 +312,7 @@ class SecAggServer:
     def _check_shares(self, message: EncryptedShares) -> None:
         graph = self._require_graph()
         recipients = [share.recipient for share in message.shares]
-        if sorted(recipients) != sorted(graph.neighbours(message.sender)):
+        if len(recipients) != graph.degree or set(recipients) != graph.neighbours(message.sender):
             raise _refuse(Refusal.MALFORMED, f"share recipients of member {message.sender}")
         for share in message.shares:
             if share.sender != message.sender or len(share.ciphertext) > MAX_CIPHERTEXT_SIZE:
@@ -320,18 +320,27 @@ class SecAggServer:
 
     def _check_revealed(self, message: UnmaskResponse) -> dict[int, bytes]:
         graph = self._require_graph()
-        owners = (graph.neighbours(message.sender) | {message.sender}) & self._shares.keys()
+        sender = message.sender
+        masked = self._masked
+        seed, key, size = ShareKind.SELF_MASK_SEED, ShareKind.MASK_KEY, shamir.SHARE_SIZE
         revealed: dict[int, bytes] = {}
         for item in message.shares:
-            if item.owner in revealed:
-                raise _refuse(Refusal.DUPLICATE_MEMBER, f"two shares of owner {item.owner}")
-            survived = item.owner in self._masked
-            expected_kind = ShareKind.SELF_MASK_SEED if survived else ShareKind.MASK_KEY
-            if item.kind is not expected_kind or len(item.share) != shamir.SHARE_SIZE:
-                raise _refuse(Refusal.MALFORMED, f"share of owner {item.owner}")
-            revealed[item.owner] = item.share
-        if revealed.keys() != owners:
-            raise _refuse(Refusal.MALFORMED, f"member {message.sender} revealed the wrong owners")
+            owner = item.owner
+            if owner in revealed:
+                raise _refuse(Refusal.DUPLICATE_MEMBER, f"two shares of owner {owner}")
+            if item.kind is not (seed if owner in masked else key) or len(item.share) != size:
+                raise _refuse(Refusal.MALFORMED, f"share of owner {owner}")
+            revealed[owner] = item.share
+        # the owners expected: the sender and its neighbours that shared (all of U2 on the
+        # complete graph); checked by counting, then membership, without building the set
+        shared = self._shares
+        if graph.complete:
+            wrong = len(revealed) != len(shared) or not all(o in shared for o in revealed)
+        else:
+            owners = (graph.neighbours(sender) | {sender}) & shared.keys()
+            wrong = revealed.keys() != owners
+        if wrong:
+            raise _refuse(Refusal.MALFORMED, f"member {sender} revealed the wrong owners")
         return revealed
 
     def _require_graph(self) -> NeighbourGraph:

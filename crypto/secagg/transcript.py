@@ -5,8 +5,10 @@
 - the session id hashes the round parameters and every roster entry, length-prefixed;
 - every derived key has its own HKDF label, uses the session id as salt and the round and
   the pair (ordered for encryption keys, sorted for pairwise masks) as context;
-- an encrypted share's associated data is sender || recipient || session id || round,
-  and its plaintext repeats sender and recipient;
+- an encrypted share's associated data is sender || recipient || session id || round;
+  its plaintext is the two 36-byte shares, fixed layout, nothing else (the ids are bound
+  by the associated data and by the single-use key, which is derived for that ordered
+  pair, so repeating them inside would add bytes and no binding);
 - the survivor signature covers the session id, round and sorted survivor list.
 """
 
@@ -72,28 +74,18 @@ def share_associated_data(sender: int, recipient: int, session: bytes, round_num
     return encode_fields(SHARE_AD_LABEL, sender, recipient, session, round_number)
 
 
-def share_plaintext(sender: int, recipient: int, key_share: bytes, seed_share: bytes) -> bytes:
-    return encode_fields(sender, recipient, key_share, seed_share)
+def share_plaintext(key_share: bytes, seed_share: bytes) -> bytes:
+    """Fixed layout: the mask-key share, then the self-mask-seed share (36 bytes each)."""
+    if len(key_share) != SHARE_SIZE or len(seed_share) != SHARE_SIZE:
+        raise ValueError(f"shares are {SHARE_SIZE} bytes")
+    return key_share + seed_share
 
 
-def parse_share_plaintext(plaintext: bytes) -> tuple[int, int, bytes, bytes]:
-    """Inverse of ``share_plaintext``; ``ValueError`` if malformed."""
-    expected = 4 * 8 + 8 + 8 + 2 * SHARE_SIZE
-    if len(plaintext) != expected:
+def parse_share_plaintext(plaintext: bytes) -> tuple[bytes, bytes]:
+    """Inverse of ``share_plaintext``: (key share, seed share); ``ValueError`` if malformed."""
+    if len(plaintext) != 2 * SHARE_SIZE:
         raise ValueError("malformed share plaintext")
-    fields: list[bytes] = []
-    offset = 0
-    for size in (8, 8, SHARE_SIZE, SHARE_SIZE):
-        if int.from_bytes(plaintext[offset : offset + 8], "big") != size:
-            raise ValueError("malformed share plaintext")
-        fields.append(plaintext[offset + 8 : offset + 8 + size])
-        offset += 8 + size
-    return (
-        int.from_bytes(fields[0], "big"),
-        int.from_bytes(fields[1], "big"),
-        fields[2],
-        fields[3],
-    )
+    return plaintext[:SHARE_SIZE], plaintext[SHARE_SIZE:]
 
 
 @lru_cache(maxsize=64)

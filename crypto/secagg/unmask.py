@@ -38,9 +38,14 @@ def _reconstruct_all(
 ) -> dict[int, bytes] | RoundAborted:
     """Each owner's secret from the first t holders that revealed a share of it."""
     responders = frozenset(revealed)
+    everyone_responding = sorted(responders & graph.everyone)
     groups: dict[tuple[int, ...], list[int]] = defaultdict(list)
     for owner in owners:
-        holders = sorted((graph.neighbours(owner) | {owner}) & responders)
+        holders = (
+            everyone_responding
+            if graph.complete
+            else sorted((graph.neighbours(owner) | {owner}) & responders)
+        )
         if len(holders) < graph.threshold:
             reason = (
                 AbortReason.BELOW_THRESHOLD

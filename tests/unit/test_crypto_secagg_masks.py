@@ -5,6 +5,7 @@ the SecAgg+ neighbour graph is k-regular, symmetric and agreed from the session 
 from __future__ import annotations
 
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -23,6 +24,14 @@ from crypto.secagg import (
     ring,
     run_in_process,
     transcript,
+)
+from crypto.secagg.params import (
+    DESIGN_DROPOUT_RATE,
+    FAILURE_BOUND,
+    degree_for,
+    logarithmic_degree,
+    majority_threshold,
+    neighbourhood_failure_probability,
 )
 
 SAMPLE = 1 << 18  # words per uniformity test
@@ -85,31 +94,82 @@ def test_share_keys_differ_by_direction() -> None:
 
 @pytest.mark.parametrize("members", [17, 40, 200])
 def test_secagg_plus_graph_is_regular_symmetric_and_agreed(members: int) -> None:
-    parameters = RoundParameters(round=0, threshold=members // 2, vector_length=1, secagg_plus=True)
+    degree = logarithmic_degree(members)
+    parameters = RoundParameters(
+        round=0, threshold=members // 2, vector_length=1, secagg_plus=True, degree=degree
+    )
     ids = tuple(range(5, 5 + members))
     session = os.urandom(32)
     graph = build_graph(parameters, ids, session)
-    degree = default_degree(members)
     assert degree % 2 == 0 and degree < members - 1
+    assert not graph.complete and graph.degree == degree
     for member in ids:
         neighbours = graph.neighbours(member)
         assert len(neighbours) == degree and member not in neighbours
         assert all(member in graph.neighbours(peer) for peer in neighbours)
+        assert {p for p in ids if graph.are_neighbours(member, p)} == neighbours
+        assert graph.share_holders(member) == tuple(sorted(neighbours | {member}))
     again = build_graph(parameters, ids, session)
-    assert again.neighbourhoods == graph.neighbourhoods
+    assert all(again.neighbours(m) == graph.neighbours(m) for m in ids)
     other = build_graph(parameters, ids, os.urandom(32))
-    assert other.neighbourhoods != graph.neighbourhoods
-    assert 1 <= graph.threshold <= degree + 1
+    assert any(other.neighbours(m) != graph.neighbours(m) for m in ids)
+    assert graph.threshold == majority_threshold(degree) == degree // 2 + 1
 
 
 def test_graph_falls_back_to_complete_when_the_degree_covers_everyone() -> None:
     parameters = RoundParameters(round=0, threshold=3, vector_length=1, secagg_plus=True)
     graph = build_graph(parameters, (1, 2, 3, 4, 5), os.urandom(32))
     assert graph.complete and graph.threshold == 3
+    assert graph.neighbours(2) == {1, 3, 4, 5} and graph.share_holders(4) == (1, 2, 3, 4, 5)
+    assert graph.are_neighbours(1, 5) and not graph.are_neighbours(1, 1)
+    assert not graph.are_neighbours(1, 6)
 
 
-def test_default_degree_grows_as_twice_log2() -> None:
-    assert [default_degree(n) for n in (2, 100, 1000, 10_000)] == [2, 14, 20, 28]
+def test_complete_graph_of_a_thousand_is_implicit_and_small() -> None:
+    parameters = RoundParameters(round=0, threshold=501, vector_length=1)
+    ids = tuple(range(1, 1001))
+    graph = build_graph(parameters, ids, os.urandom(32))
+    # O(n) ids held, not n frozensets of n - 1: the members tuple and one frozenset
+    assert graph.complete and graph.degree == 999
+    assert len(graph.neighbours(500)) == 999 and 500 not in graph.neighbours(500)
+    assert sys.getsizeof(graph.everyone) < 100_000
+
+
+def test_logarithmic_degree_grows_as_twice_log2() -> None:
+    assert [logarithmic_degree(n) for n in (2, 100, 1000, 10_000)] == [2, 14, 20, 28]
+
+
+def test_default_degree_survives_the_design_dropout_rate_with_a_majority_threshold() -> None:
+    for n in (50, 100, 300, 1000, 10_000):
+        degree = default_degree(n)
+        if degree >= n - 1:  # no sparser ring meets the bound: the complete graph
+            sparser = degree_for(n)
+            assert sparser >= n - 1
+            continue
+        assert degree % 2 == 0 and degree >= logarithmic_degree(n)
+        failure = neighbourhood_failure_probability(
+            n, degree, majority_threshold(degree), DESIGN_DROPOUT_RATE
+        )
+        assert failure <= FAILURE_BOUND
+        smaller = degree - 2
+        if smaller >= logarithmic_degree(n):
+            assert (
+                neighbourhood_failure_probability(
+                    n, smaller, majority_threshold(smaller), DESIGN_DROPOUT_RATE
+                )
+                > FAILURE_BOUND
+            )
+    # 10 % dropouts need far fewer neighbours than 30 %
+    assert degree_for(1000, 0.1) < degree_for(1000, 0.3) < 999
+
+
+def test_failure_probability_matches_a_direct_binomial_tail() -> None:
+    from scipy.stats import binom
+
+    for degree, threshold, rate in ((14, 8, 0.3), (30, 16, 0.1), (206, 104, 0.3)):
+        expected = 100 * binom.cdf(threshold - 1, degree + 1, 1 - rate)
+        got = neighbourhood_failure_probability(100, degree, threshold, rate)
+        assert got == pytest.approx(min(1.0, expected), rel=1e-9)
 
 
 def test_parameters_and_inputs_are_validated() -> None:
