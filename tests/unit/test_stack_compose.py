@@ -197,7 +197,7 @@ def test_services_start_in_order_and_participants_are_replicas(
 def test_the_image_is_built_from_python_311(compose: dict[str, object]) -> None:
     build = compose["x-fedrank-image"]
     assert isinstance(build, dict)
-    dockerfile = REPO / str(build["build"]["dockerfile"])  # type: ignore[index]
+    dockerfile = REPO / str(build["build"]["dockerfile"])
     text = dockerfile.read_text()
     assert re.search(r"(?m)^FROM python:3\.11-slim$", text)
     for package in ("fedrank", "frecency", "crypto", "broker", "aggregator", "participant"):
@@ -221,7 +221,9 @@ def test_broker_urls_name_users_of_the_definitions_with_their_passwords(
 
 
 def test_the_shared_participant_user_can_only_submit_and_use_participant_queues() -> None:
-    (rule,) = _definitions()[1]["permissions"]  # type: ignore[misc]
+    permissions = _definitions()[1]["permissions"]
+    assert isinstance(permissions, list) and len(permissions) == 1
+    rule: dict[str, str] = permissions[0]
     write, read, configure = (re.compile(rule[k]) for k in ("write", "read", "configure"))
     assert write.fullmatch(SUBMIT_EXCHANGE)
     assert read.fullmatch("fedrank.participant.p1-0") and write.fullmatch("fedrank.participant.a")
