@@ -7,18 +7,19 @@ it starts a real ``fedrank aggregator`` and n synthetic participants in a few
 fresh vhost of the local broker, runs ``--rounds`` secure rounds with cohort = n and
 quorum t = floor(n/2) + 1, d = 22 (firefox-2018), nobody dropping, and prints JSON:
 
-- latency of the last round by phase (the aggregator's round log ``phase_seconds``) and
-  ``protocol_seconds``, their sum from the first check-in to the published step. Phases
-  end as soon as every member answered, so when nobody drops no deadline is waited for
-  (``deadline_hit`` says whether any phase reached its deadline);
-- messages and bytes each participant *sent* in that round (its own log lines
+- latency by phase (the aggregator's round log ``phase_seconds``), the median over the
+  rounds after the first (which also waits for participants to start), and
+  ``protocol_seconds``, the sum from the first check-in to the published step (median and
+  minimum). Phases end as soon as every member answered, so when nobody drops no deadline
+  is waited for (``deadline_hit`` says whether any phase reached its deadline);
+- messages and bytes each participant *sent* in the last round (its own log lines
   ``sent KIND of round R (N bytes)``) and *received* (a mirror queue bound to
   ``fedrank.model`` and to ``fedrank.direct`` with every participant's routing key counts
   what the aggregator addressed to each, also split by message kind); mean and max over
   participants;
-- CPU seconds (user + system, ``/proc/<pid>/stat``) the aggregator and all participant
-  processes used during that round: on a shared machine the wall-clock latency depends on
-  the load, the CPU time much less;
+- CPU seconds per round (user + system, ``/proc/<pid>/stat``) the aggregator and all
+  participant processes used over the measured rounds: on a shared machine the
+  wall-clock latency depends on the load, the CPU time much less;
 - peak resident memory (``VmHWM`` from ``/proc/<pid>/status``) of the aggregator and of
   each participant process (with how many participants it holds); the n = 10 points give
   the one-participant process.
@@ -42,6 +43,7 @@ import os
 import platform
 import re
 import signal
+import statistics
 import sys
 import tempfile
 import threading
@@ -162,7 +164,7 @@ def run_point(n: int, graph: str, rounds: int, workdir: Path) -> dict[str, Any]:
                 "120",
                 *GRAPH_FLAGS[graph],
             )
-            stack.wait_rounds(rounds - 1, timeout=600)
+            stack.wait_rounds(1, timeout=600)
             cpu_before = {p.pid: _cpu_seconds(p) for p in stack.processes}
             records = stack.wait_rounds(rounds, timeout=600)
             cpu = {p.pid: _cpu_seconds(p) - cpu_before[p.pid] for p in stack.processes}
@@ -193,8 +195,15 @@ def run_point(n: int, graph: str, rounds: int, workdir: Path) -> dict[str, Any]:
         for kind, size in received[pid]:
             by_kind[kind] = by_kind.get(kind, 0) + size
     aggregator_pid = stack.processes[-1].pid
-    phases = dict(last.phase_seconds)
-    deadline_hit = any(seconds >= 120 for seconds in phases.values())
+    # Rounds after the first (which waits for participants to start): medians per phase.
+    measured = completed[1:] or completed
+    phases = {
+        name: statistics.median(r.phase_seconds.get(name, 0.0) for r in measured)
+        for name in last.phase_seconds
+    }
+    totals = [sum(r.phase_seconds.values()) for r in measured]
+    deadline_hit = any(s >= 120 for r in measured for s in r.phase_seconds.values())
+    rounds_measured = max(len(completed) - 1, 1)
     return {
         "n": n,
         "graph": "secagg+" if graph == "plus" else "full",
@@ -204,11 +213,12 @@ def run_point(n: int, graph: str, rounds: int, workdir: Path) -> dict[str, Any]:
         "participants_per_process": max(counts),
         "rounds_logged": len(records),
         "rounds_completed": len(completed),
-        "measured_round": last.round,
+        "measured_rounds": [r.round for r in measured],
+        "bytes_from_round": last.round,
         "survived": last.survived,
-        "phase_seconds": {k: round(v, 4) for k, v in phases.items()},
-        "protocol_seconds": round(sum(phases.values()), 4),
-        "round_wall_seconds": round(last.ended_at - last.started_at, 4),
+        "phase_seconds_median": {k: round(v, 4) for k, v in phases.items()},
+        "protocol_seconds_median": round(statistics.median(totals), 4),
+        "protocol_seconds_min": round(min(totals), 4),
         "deadline_hit": deadline_hit,
         "per_participant": {
             "sent_messages": _stats(list(sent_messages.values())),
@@ -217,13 +227,14 @@ def run_point(n: int, graph: str, rounds: int, workdir: Path) -> dict[str, Any]:
             "received_bytes": _stats(received_bytes),
             "received_bytes_by_kind": {k: round(v / len(ids)) for k, v in sorted(by_kind.items())},
         },
-        "cpu_seconds": {
-            "aggregator": round(cpu[aggregator_pid], 3),
+        "cpu_seconds_per_round": {
+            "aggregator": round(cpu[aggregator_pid] / rounds_measured, 3),
             "participants_total": round(
-                sum(v for pid, v in cpu.items() if pid != aggregator_pid), 3
+                sum(v for pid, v in cpu.items() if pid != aggregator_pid) / rounds_measured, 3
             ),
             "per_participant": round(
-                sum(v for pid, v in cpu.items() if pid != aggregator_pid) / n, 4
+                sum(v for pid, v in cpu.items() if pid != aggregator_pid) / rounds_measured / n,
+                4,
             ),
         },
         "peak_rss_mb": {
@@ -241,7 +252,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="10,50,100,200")
     parser.add_argument("--graphs", default="plus,full")
-    parser.add_argument("--rounds", type=int, default=2, help="rounds per point (last measured)")
+    parser.add_argument(
+        "--rounds", type=int, default=4, help="rounds per point (all but the first measured)"
+    )
     parser.add_argument("--note", default="", help="recorded in the output (e.g. machine load)")
     args = parser.parse_args(argv)
     # SIGTERM (and SIGINT, even when a shell started us in the background) unwinds through
