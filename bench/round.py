@@ -1,11 +1,13 @@
 """A secure round over RabbitMQ on loopback (the stack issue, "bench/round.py"; DESIGN.md
 section 5, the round; section 6, SecAgg+).
 
-For each cohort size n (10, 50, 100, 200) and each graph (SecAgg+ and the full graph),
-it starts a real ``fedrank aggregator`` and n synthetic participants in a few
-``fedrank participant --count`` processes (one participant per process for n = 10) on a
-fresh vhost of the local broker, runs ``--rounds`` secure rounds with cohort = n and
-quorum t = floor(n/2) + 1, d = 22 (firefox-2018), nobody dropping, and prints JSON:
+For each cohort size n (10, 50, 100, 200) and each graph (``plus``: SecAgg+ with
+2 ceil(log2 n) neighbours; ``plus-default``: SecAgg+ at crypto's default degree;
+``full``: every pair masks), it starts a real ``fedrank aggregator`` and n synthetic
+participants in a few ``fedrank participant --count`` processes (one participant per
+process for n = 10) on a fresh vhost of the local broker, runs ``--rounds`` secure
+rounds with cohort = n and quorum t = floor(n/2) + 1, d = 22 (firefox-2018), nobody
+dropping, and prints JSON:
 
 - latency by phase (the aggregator's round log ``phase_seconds``), the median over the
   rounds after the first (which also waits for participants to start), and
@@ -66,7 +68,20 @@ from tests.integration.stack import (  # noqa: E402
 )
 
 SENT = re.compile(r"(\S+): sent (\S+) of round (\d+) \((\d+) bytes\)")
-GRAPH_FLAGS = {"plus": ("--secagg-plus",), "full": ()}
+#: The graphs compared: SecAgg+ with 2 ceil(log2 n) neighbours (the O(log n) regime the
+#: target is about), SecAgg+ at its default degree (chosen by crypto.secagg.params for
+#: dropout tolerance: the complete graph up to n = 100 and nearly so at 200), the full graph.
+GRAPHS = ("plus", "plus-default", "full")
+
+
+def graph_flags(graph: str, n: int) -> tuple[str, ...]:
+    if graph == "plus":
+        return ("--secagg-plus", "--degree", str(2 * max(1, math.ceil(math.log2(n)))))
+    if graph == "plus-default":
+        return ("--secagg-plus",)
+    return ()
+
+
 #: Participants per process above n = 10 (a 2-core machine runs ~10 processes well).
 PROCESSES = 10
 
@@ -162,7 +177,7 @@ def run_point(n: int, graph: str, rounds: int, workdir: Path) -> dict[str, Any]:
                 "120",
                 "--phase-seconds",
                 "120",
-                *GRAPH_FLAGS[graph],
+                *graph_flags(graph, n),
             )
             stack.wait_rounds(1, timeout=600)
             cpu_before = {p.pid: _cpu_seconds(p) for p in stack.processes}
@@ -206,7 +221,8 @@ def run_point(n: int, graph: str, rounds: int, workdir: Path) -> dict[str, Any]:
     rounds_measured = max(len(completed) - 1, 1)
     return {
         "n": n,
-        "graph": "secagg+" if graph == "plus" else "full",
+        "graph": graph,
+        "aggregator_flags": list(graph_flags(graph, n)),
         "quorum": quorum,
         "d": len(last.weights_before),
         "processes": processes,
@@ -251,7 +267,7 @@ def run_point(n: int, graph: str, rounds: int, workdir: Path) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="10,50,100,200")
-    parser.add_argument("--graphs", default="plus,full")
+    parser.add_argument("--graphs", default="plus,full", help=f"of {', '.join(GRAPHS)}")
     parser.add_argument(
         "--rounds", type=int, default=4, help="rounds per point (all but the first measured)"
     )
@@ -287,6 +303,7 @@ def main(argv: list[str] | None = None) -> int:
             "load_average_at_end": os.getloadavg(),
         },
         "note": args.note,
+        "source": _source(),
         "points": points,
         "one_participant_process_peak_rss_mb": max(one_participant) if one_participant else None,
         "targets": {
@@ -297,6 +314,29 @@ def main(argv: list[str] | None = None) -> int:
     }
     print(json.dumps(summary, indent=2))
     return 0
+
+
+def _source() -> dict[str, Any]:
+    """The commit measured, and the files of the programs that differed from it."""
+    import subprocess
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", *args], cwd=REPO, capture_output=True, text=True, check=False
+        ).stdout.strip()
+
+    changed = git(
+        "status",
+        "--porcelain",
+        "--",
+        "aggregator",
+        "participant",
+        "broker",
+        "crypto",
+        "frecency",
+        "fedrank",
+    )
+    return {"commit": git("rev-parse", "HEAD"), "uncommitted": changed.splitlines()}
 
 
 def _interrupted(signum: int, _frame: object) -> None:
