@@ -311,9 +311,7 @@ class SecAggClient:
                 f"{len(survivors)} survivors < t={self.parameters.threshold}",
             )
         unseen = {
-            s
-            for s in survivors
-            if s not in self._held and graph.are_neighbours(self.member, s)
+            s for s in survivors if s not in self._held and graph.are_neighbours(self.member, s)
         }
         if unseen:
             raise _refuse(

@@ -258,14 +258,26 @@ class SecAggServer:
         signatures = tuple(
             MemberSignature(m, signature) for m, signature in sorted(self._signatures.items())
         )
-        self._expected = frozenset(self._signatures)
+        graph = self._require_graph()
+        signers = frozenset(self._signatures)
+        # a member whose closed neighbourhood signed less than its threshold would refuse
+        # (it verifies only those signatures, SecAgg+): leave it out, as at MaskedInput
+        requested = sorted(
+            m
+            for m in signers
+            if graph.complete or len(graph.neighbours(m) & signers) + 1 >= graph.threshold
+        )
         self.phase = Phase.UNMASKING
+        aborted = self._below_threshold(len(requested))
+        if aborted:
+            return aborted
+        self._expected = frozenset(requested)
         return ServerStep(
             tuple(
                 UnmaskRequest(
                     self.parameters.round, self._session, m, survivors, dropped, signatures
                 )
-                for m in sorted(self._signatures)
+                for m in requested
             )
         )
 

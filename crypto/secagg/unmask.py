@@ -122,7 +122,7 @@ def unmask(
         for v in sorted(graph.neighbours(w) & survivor_set):
             if v not in public_keys:
                 public_keys[v] = primitives.load_agreement_public_key(mask_public_keys[v])
-            secret = primitives.exchange(key, public_keys[v])
+            secret = key.exchange(public_keys[v])  # keys were checked usable at advert
             mask = transcript.pairwise_mask(secret, session, round_number, w, v, length)
             # survivor v added +mask if w > v, -mask if w < v: take it back out
             if w > v:

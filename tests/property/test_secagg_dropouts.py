@@ -79,7 +79,10 @@ def expected_outcome(
     signed = answering(survivors, dropouts, Phase.CONSISTENCY_CHECK)
     if len(signed) < threshold:
         return Phase.CONSISTENCY_CHECK, AbortReason.BELOW_THRESHOLD
-    responders = answering(signed, dropouts, Phase.UNMASKING)
+    # a signer verifies its closed neighbourhood's signatures: below its threshold it
+    # would refuse, so the server does not ask it
+    eligible = {m for m in signed if len(closed(m) & signed) >= local_threshold}
+    responders = answering(eligible, dropouts, Phase.UNMASKING)
     if len(responders) < threshold:
         return Phase.UNMASKING, AbortReason.BELOW_THRESHOLD
     needed = survivors | {w for w in shared - survivors if closed(w) & survivors - {w}}

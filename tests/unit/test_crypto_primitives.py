@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -93,8 +95,6 @@ def test_encode_fields_is_unambiguous() -> None:
 
 
 def test_expand_mask_is_the_chacha20_keystream_as_little_endian_words() -> None:
-    # RFC 8439 section 2.4.2 key; with counter 0 and nonce 0 the keystream is deterministic,
-    # and the first words must equal the stream bytes read little-endian.
     seed = bytes(range(32))
     mask = p.expand_mask(seed, 1000)
     assert mask.dtype == np.uint32 and mask.shape == (1000,)
@@ -102,14 +102,55 @@ def test_expand_mask_is_the_chacha20_keystream_as_little_endian_words() -> None:
     assert not np.array_equal(p.expand_mask(bytes(32), 10), mask[:10])
 
 
-def test_expand_mask_rfc7539_zero_key_block() -> None:
-    # RFC 7539 appendix A.1 test vector #1: key 0, nonce 0, block counter 0.
-    first_block = H(
-        "76b8e0ada0f13d90405d6ae55386bd28bdd219b8a08ded1aa836efcc8b770dc7"
-        "da41597c5157488d7724e03fb8d84a376a43b8f41518a11cc387b669b2ee6586"
+def test_expand_mask_rfc7539_zero_key_block_one() -> None:
+    # RFC 7539 appendix A.1 test vector #2: key 0, nonce 0, block counter 1.
+    second_block = H(
+        "9f07e7be5551387a98ba977c732d080dcb0f29a048e3656912c6533e32ee7aed"
+        "29b721769ce64e43d57133b074d839d531ed1f28510afb45ace10a1f4b794d6f"
     )
-    expected = np.frombuffer(first_block, dtype="<u4")
+    expected = np.frombuffer(second_block, dtype="<u4")
     assert np.array_equal(p.expand_mask(bytes(32), 16), expected)
+    assert p.chacha20_keystream(bytes(32), 64) == second_block
+
+
+@pytest.mark.parametrize("length", [1, 15, 16, 17, 1023, 1024, 1025, 5000])
+def test_expand_mask_fast_path_equals_the_plain_cipher(length: int) -> None:
+    # short masks come off ChaCha20-Poly1305, long ones off ChaCha20: the same stream
+    seed = os.urandom(32)
+    assert p.expand_mask(seed, length).tobytes() == p.chacha20_keystream(seed, 4 * length)
+
+
+@pytest.mark.parametrize("length", [1, 31, 32, 33, 64, 100, 8160])
+@pytest.mark.parametrize("salt_size", [0, 13, 32, 100])
+def test_hkdf_equals_the_cryptography_reference(length: int, salt_size: int) -> None:
+    ikm, salt, info = os.urandom(32), os.urandom(salt_size), os.urandom(40)
+    expected = p.reference_hkdf(ikm, salt or None, info, length)
+    assert p.hkdf(ikm, salt or None, info, length) == expected
+    assert p.hkdf(ikm, salt, info, length) == expected  # empty salt = no salt (RFC 5869)
+
+
+def test_hkdf_refuses_lengths_outside_the_rfc_range() -> None:
+    for length in (0, 8161):
+        with pytest.raises(ValueError):
+            p.hkdf(bytes(32), None, b"", length)
+
+
+def test_single_use_aead_round_trip_no_nonce_sent_and_one_opaque_error() -> None:
+    key = p.generate_agreement_key()
+    ciphertext = p.encrypt_single_use(key, b"share" * 10, b"ad")
+    assert len(ciphertext) == 50 + 16  # ciphertext and tag only
+    assert p.decrypt_single_use(key, ciphertext, b"ad") == b"share" * 10
+    tampered = bytearray(ciphertext)
+    tampered[0] ^= 1
+    for bad_key, bad_ciphertext, bad_ad in [
+        (key, bytes(tampered), b"ad"),
+        (key, ciphertext, b"other"),
+        (bytes(32), ciphertext, b"ad"),
+        (key, ciphertext[:15], b"ad"),
+    ]:
+        with pytest.raises(p.DecryptionError) as caught:
+            p.decrypt_single_use(bad_key, bad_ciphertext, bad_ad)
+        assert str(caught.value) == "decryption failed"
 
 
 def test_aead_round_trip_and_one_opaque_error() -> None:

@@ -376,3 +376,94 @@ def test_client_refuses_messages_after_its_round_expired() -> None:
     with pytest.raises(RemoteProtocolError) as late:
         client.receive(request, 11.0)
     assert late.value.refusal is Refusal.EXPIRED
+
+
+def _counting_verify(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Count Ed25519 verifications of survivor lists (payloads with the survivors label)."""
+    calls: list[int] = []
+    real = primitives.verify
+
+    def verify(public_key: bytes, signature: bytes, message: bytes) -> bool:
+        if transcript.SURVIVORS_LABEL.encode() in message:
+            calls.append(1)
+        return real(public_key, signature, message)
+
+    monkeypatch.setattr(primitives, "verify", verify)
+    return calls
+
+
+def test_full_graph_member_verifies_t_survivor_signatures_not_all(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    n, t = 12, 7
+    inputs = {m: np.full(D, m, dtype=np.uint32) for m in range(1, n + 1)}
+    group = build_cohort(inputs, RoundParameters(round=0, threshold=t, vector_length=D))
+    calls = _counting_verify(monkeypatch)
+    outcome = drive(group)
+    assert isinstance(outcome, AggregateSum) and group.refusals == {}
+    # the server verifies each of the n signatures once; each member verifies t
+    assert len(calls) == n + n * t
+
+
+def test_secagg_plus_member_checks_only_its_neighbourhood_signatures() -> None:
+    n = 24
+    inputs = {m: np.full(D, m, dtype=np.uint32) for m in range(1, n + 1)}
+    parameters = RoundParameters(round=0, threshold=12, vector_length=D, secagg_plus=True, degree=4)
+    group = build_cohort(inputs, parameters)
+    forged: dict[str, int] = {}
+
+    def forge(message: ServerMessage) -> ServerMessage:
+        if isinstance(message, UnmaskRequest) and message.recipient in (1, 2):
+            graph = build_graph(parameters, tuple(range(1, n + 1)), message.session_id)
+            closed = graph.neighbours(message.recipient) | {message.recipient}
+            # member 1: a non-neighbour's signature forged (not its concern);
+            # member 2: a neighbour's signature forged (refused)
+            target = (
+                min(set(range(1, n + 1)) - closed)
+                if message.recipient == 1
+                else min(graph.neighbours(2))
+            )
+            forged[str(message.recipient)] = target
+            signatures = tuple(
+                MemberSignature(s.member, bytes(64)) if s.member == target else s
+                for s in message.signatures
+            )
+            return dataclasses.replace(message, signatures=signatures)
+        return message
+
+    outcome = drive(group, intercept=forge)
+    assert set(forged) == {"1", "2"}
+    assert 1 not in group.refusals
+    assert refusal_of(group, 2) is Refusal.BAD_SIGNATURE
+    assert isinstance(outcome, AggregateSum)
+
+
+def test_secagg_plus_member_refuses_too_few_neighbourhood_signatures() -> None:
+    n = 24
+    inputs = {m: np.full(D, m, dtype=np.uint32) for m in range(1, n + 1)}
+    parameters = RoundParameters(round=0, threshold=12, vector_length=D, secagg_plus=True, degree=4)
+    group = build_cohort(inputs, parameters)
+
+    def strip(message: ServerMessage) -> ServerMessage:
+        if isinstance(message, UnmaskRequest) and message.recipient == 1:
+            graph = build_graph(parameters, tuple(range(1, n + 1)), message.session_id)
+            kept = tuple(s for s in message.signatures if s.member not in graph.neighbours(1))
+            return dataclasses.replace(message, signatures=kept)
+        return message
+
+    drive(group, intercept=strip)
+    # still >= t signatures overall, but only its own in its neighbourhood (threshold 3)
+    assert refusal_of(group, 1) is Refusal.BELOW_THRESHOLD
+
+
+def test_share_ciphertext_is_the_fixed_plaintext_and_tag_only() -> None:
+    group = cohort()
+    sizes: set[int] = set()
+
+    def look(message: ServerMessage) -> ServerMessage:
+        if isinstance(message, MaskedInputRequest):
+            sizes.update(len(share.ciphertext) for share in message.shares)
+        return message
+
+    assert isinstance(drive(group, intercept=look), AggregateSum)
+    assert sizes == {2 * 36 + 16}
