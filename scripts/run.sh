@@ -1,11 +1,9 @@
 #!/usr/bin/env bash
-# The main job. Until the RabbitMQ stack lands (issue "The stack"), it runs the paper's
-# simulation (section 5.1) on the learning core: 5000 synthetic participants, 400 per
-# round, 48 rounds, true preference = the paper's simplified frecency, and prints the
-# per-round table and how the model improved on held-out interactions.
-# Extra arguments go to `fedrank simulate` (see `fedrank simulate --help`).
-source "$(dirname "${BASH_SOURCE[0]}")/_env.sh"
-ensure_venv dev
-cd "$ROOT"
-mkdir -p run
-exec fedrank simulate --json run/simulation.json "$@"
+# The main job: the fedrank stack on this machine. A local RabbitMQ (started, or
+# installed from Debian's package when run as root, if none answers on 127.0.0.1:5672),
+# one `fedrank aggregator` and several `fedrank participant` processes with synthetic
+# histories run secure-aggregation rounds; at the end it prints the round table and how
+# the model improved on held-out synthetic people (characters typed and rank selected,
+# before and after). Arguments go to scripts/stack.sh (see `bash scripts/stack.sh --help`).
+# The paper's simulation is `fedrank simulate` (docs/simulation.md).
+exec bash "$(dirname "${BASH_SOURCE[0]}")/stack.sh" "$@"
