@@ -140,6 +140,8 @@ def hkdf(input_key: bytes, salt: bytes | None, info: bytes, length: int) -> byte
     if not 0 < length <= 255 * _HASH_SIZE:
         raise ValueError("HKDF-SHA256 output length must lie in [1, 8160]")
     prk = hmac.digest(salt or _ZERO_SALT, input_key, "sha256")
+    if length <= _HASH_SIZE:  # one block: every key derived here
+        return hmac.digest(prk, info + b"\x01", "sha256")[:length]
     blocks: list[bytes] = []
     previous = b""
     for counter in range(1, -(-length // _HASH_SIZE) + 1):
