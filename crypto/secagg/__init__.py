@@ -16,6 +16,9 @@ Public API::
 
     run_in_process(inputs, threshold, dropouts={member: Phase.X}, secagg_plus=True)
 
+    default_degree(n)          # SecAgg+ k surviving 30 % dropouts (complete below n ~ 190)
+    degree_for(n, 0.1)         # k for another dropout rate; logarithmic_degree(n) = 2 log2 n
+
     to_ring(votes) / from_ring(total)                   # signed ints <-> Z_{2^32}
 
 ``directory`` maps member ids (ints in [1, 2^31 - 2]) to Ed25519 public identity keys;
@@ -54,7 +57,14 @@ from crypto.secagg.messages import (
     UnmaskRequest,
     UnmaskResponse,
 )
-from crypto.secagg.params import NeighbourGraph, RoundParameters, build_graph, default_degree
+from crypto.secagg.params import (
+    NeighbourGraph,
+    RoundParameters,
+    build_graph,
+    default_degree,
+    degree_for,
+    logarithmic_degree,
+)
 from crypto.secagg.ring import from_fixed_point, from_ring, to_fixed_point, to_ring
 from crypto.secagg.server import SecAggServer
 from crypto.secagg.simulate import InProcessCohort, build_cohort, drive, run_in_process
@@ -96,9 +106,11 @@ __all__ = [
     "build_cohort",
     "build_graph",
     "default_degree",
+    "degree_for",
     "drive",
     "from_fixed_point",
     "from_ring",
+    "logarithmic_degree",
     "run_in_process",
     "to_fixed_point",
     "to_ring",

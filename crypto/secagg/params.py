@@ -130,6 +130,12 @@ def _ring_positions(ring: tuple[int, ...]) -> dict[int, int]:
     return {m: i for i, m in enumerate(ring)}
 
 
+@lru_cache(maxsize=64)
+def _member_set(members: tuple[int, ...]) -> frozenset[int]:
+    """The members as a set, shared by every party of a process that has the same roster."""
+    return frozenset(members)
+
+
 @dataclass(frozen=True, slots=True)
 class NeighbourGraph:
     """Each member's neighbours (itself excluded) and the Shamir threshold of every
@@ -143,6 +149,10 @@ class NeighbourGraph:
     ring: tuple[int, ...] = ()
     half_degree: int = 0
     everyone: frozenset[int] = field(default=frozenset(), compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.everyone:
+            object.__setattr__(self, "everyone", _member_set(self.members))
 
     @property
     def complete(self) -> bool:
@@ -194,7 +204,7 @@ def build_graph(
 ) -> NeighbourGraph:
     """The neighbour graph of a round over ``members`` (sorted, distinct)."""
     count = len(members)
-    everyone = frozenset(members)
+    everyone = _member_set(members)
     degree = parameters.degree or default_degree(count)
     if not parameters.secagg_plus or degree >= count - 1:
         return NeighbourGraph(members=members, threshold=parameters.threshold, everyone=everyone)
