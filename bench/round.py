@@ -58,14 +58,8 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from broker.topology import DIRECT_EXCHANGE, MODEL_EXCHANGE, participant_queue  # noqa: E402
-from tests.integration.stack import (  # noqa: E402
-    Stack,
-    StackProcess,
-    bindings,
-    declare_core_topology,
-    fresh_vhost,
-    vhost_url,
-)
+from tests.integration.stack import Stack, StackProcess, fresh_vhost, vhost_url  # noqa: E402
+from tests.integration.stack_wire import bindings, declare_core_topology  # noqa: E402
 
 SENT = re.compile(r"(\S+): sent (\S+) of round (\d+) \((\d+) bytes\)")
 #: The graphs compared: SecAgg+ with 2 ceil(log2 n) neighbours (the O(log n) regime the

@@ -33,7 +33,8 @@ from broker.messages import CheckIn, ModelAnnouncement, sign_announcement
 from broker.rabbitmq import RabbitMQSettings, RabbitMQTransport
 from broker.topology import MODEL_EXCHANGE, SUBMIT_EXCHANGE, SUBMIT_ROUTING_KEY
 from crypto.hazmat import primitives
-from tests.integration.stack import DirectTap, StackProcess, running_stack
+from tests.integration.stack import StackProcess, running_stack
+from tests.integration.stack_wire import DirectTap
 from tests.integration.test_stack_run import FAST, start_participants_then_aggregator
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow, pytest.mark.timeout(180)]

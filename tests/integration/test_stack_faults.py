@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from aggregator.roundlog import RoundRecord
-from tests.integration.stack import DirectTap, Stack, StackProcess, running_stack
+from tests.integration.stack import Stack, StackProcess, running_stack
+from tests.integration.stack_wire import DirectTap
 from tests.integration.test_stack_run import (
     FAST,
     recomputed_vote_totals,

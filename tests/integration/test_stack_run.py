@@ -22,7 +22,8 @@ from broker.topology import DIRECT_EXCHANGE, participant_queue
 from frecency.registry import get_model
 from participant.history import synthetic_interactions
 from participant.signal import compute_contribution
-from tests.integration.stack import Stack, bindings, declare_core_topology, running_stack
+from tests.integration.stack import Stack, running_stack
+from tests.integration.stack_wire import bindings, declare_core_topology
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow, pytest.mark.timeout(180)]
 
