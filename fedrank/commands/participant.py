@@ -190,6 +190,7 @@ def _build(args: argparse.Namespace) -> ParticipantRunner:
 
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), format=LOG_FORMAT, stream=sys.stderr)
+    logging.getLogger("pika").setLevel(logging.CRITICAL)  # fedrank.broker reports
     from broker.transport import BrokerError
 
     try:
