@@ -88,7 +88,7 @@ class ParticipantMetrics:
     interactions: int
     loss: float  # summed SVM loss at the announced weights
     chars_typed: int
-    rank_selected: int  # summed 1-based rank of the selected suggestion
+    rank_selected: int  # summed 0-based rank of the selected suggestion (0 = top, as in 2018)
     suggestions_displayed: int
 
     def clipped(self, clip: MetricClip = DEFAULT_CLIP) -> NDArray[np.int64]:

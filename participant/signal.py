@@ -8,7 +8,7 @@ pointwise SVM loss (``-sign``, so +1 means "increase this weight"); by default t
 simulation uses, or the shipped plain one (``loss="svm"``). The metrics are this
 participant's *totals* (the aggregator divides the summed totals by the summed
 interaction count): interactions, SVM loss at the announced weights, characters typed
-before selecting, 1-based rank selected, suggestions displayed
+before selecting, 0-based rank selected (as the 2018 ping), suggestions displayed
 (``broker.payload.ParticipantMetrics``). Clipping them, so that
 one participant cannot dominate the totals, is the payload encoder's job
 (``broker.payload``).
@@ -64,7 +64,7 @@ def compute_contribution(
         interactions=len(interactions),
         loss=float(result.loss),
         chars_typed=sum(i.chars_typed for i in interactions),
-        rank_selected=sum(i.rank_selected + 1 for i in interactions),
+        rank_selected=sum(i.rank_selected for i in interactions),
         suggestions_displayed=sum(len(i.shown) for i in interactions),
     )
     return Contribution(vote=vote(result.gradient), metrics=metrics)

@@ -95,7 +95,7 @@ def test_contribution_is_the_sign_of_the_descent_direction() -> None:
     assert metrics.interactions == 6
     assert metrics.loss == pytest.approx(expected.loss)
     assert metrics.chars_typed == sum(i.chars_typed for i in pending.interactions)
-    assert metrics.rank_selected == sum(i.selected + 1 for i in pending.interactions)
+    assert metrics.rank_selected == sum(i.selected for i in pending.interactions)
     assert metrics.suggestions_displayed == sum(len(i.shown) for i in pending.interactions)
 
 
