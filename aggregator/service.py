@@ -11,8 +11,10 @@ over any :class:`broker.transport.Transport` (RabbitMQ or the in-memory broker):
 - then: take one submission at a time from ``fedrank.aggregator`` (``receive_one``: size,
   schema and kind checks, ack after handling), feed it to the coordinator with
   ``time.monotonic()``, tick the coordinator on its deadlines, and act on its output:
-  persist state, append round records, log rejections, publish messages. The unmasking
-  step runs inside ``Transport.call_keeping_alive``;
+  persist state, append round records, log rejections, publish messages (an output of
+  several messages, a phase's fan-out, as one ``Transport.publish_many`` batch: one
+  broker round trip instead of one confirm per member). The unmasking step runs inside
+  ``Transport.call_keeping_alive``;
 - a fanout that no queue takes (``PublishRejected``: no participant enrolled yet) is
   logged and retried by the coordinator's periodic re-announcement; a lost broker
   (``BrokerUnavailable``) is waited out with backoff, then the topology is declared
@@ -33,6 +35,7 @@ from aggregator.config import CoordinatorConfig
 from aggregator.coordinator import Coordinator, ModelState
 from aggregator.events import (
     MessageRejected,
+    Outgoing,
     Output,
     RoundAborted,
     RoundCompleted,
@@ -233,7 +236,38 @@ class AggregatorService:
                 )
         if not publish or self._finished():
             return  # stopping: announce nothing that would never complete
-        for out in output.messages:
+        if len(output.messages) > 1:
+            self._publish_batch(output.messages)
+        else:
+            self._publish_each(output.messages)
+
+    def _publish_batch(self, messages: tuple[Outgoing, ...]) -> None:
+        """Publish a fan-out in one batch; the members it could not reach are logged. A
+        batch refused whole (a message too large) goes out one by one, so only the
+        faulty message is lost."""
+        try:
+            self.transport.publish_many([(o.exchange, o.routing_key, o.message) for o in messages])
+        except PublishRejected as error:
+            if not error.returned:
+                logger.warning("batch of %d refused (%s); one by one", len(messages), error)
+                self._publish_each(messages)
+                return
+            kinds = {(o.exchange, o.routing_key): o.message.kind for o in messages}
+            for exchange, routing_key in error.returned:
+                kind = kinds.get((exchange, routing_key), "message")
+                if exchange == MODEL_EXCHANGE:
+                    logger.info("%s not taken yet (no participant queue bound)", kind)
+                else:
+                    logger.warning("%s to participant %s not delivered", kind, routing_key)
+        except EncodeError:
+            self._publish_each(messages)  # logs the message too large, sends the others
+        except BrokerUnavailable:
+            raise
+        except BrokerError as error:
+            logger.warning("publishing a batch of %d failed: %s", len(messages), error)
+
+    def _publish_each(self, messages: tuple[Outgoing, ...]) -> None:
+        for out in messages:
             self._publish(out.exchange, out.routing_key, out.message)
 
     def _publish(self, exchange: str, routing_key: str, message: WireMessage) -> None:

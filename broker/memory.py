@@ -9,6 +9,10 @@ process). Semantics kept from RabbitMQ:
   exchanges to the queues bound with the exact routing key;
 - ``mandatory``: a message no queue receives raises ``PublishRejected``; messages above
   the broker's ``max_message_bytes`` too (RabbitMQ's ``max_message_size``);
+- ``publish_many`` behaves as RabbitMQ's transactional batch: a missing exchange or an
+  item above the size limit refuses the whole batch (nothing routed); otherwise every
+  routable item is delivered, in order, and the unroutable ones are named in one
+  ``PublishRejected``;
 - deliveries stay unacked until ``ack``; ``reject(requeue=True)`` and ``close`` put
   them back at the head of their queue, marked redelivered; at most ``prefetch``
   unacked deliveries per queue and connection;
@@ -24,6 +28,7 @@ import itertools
 import threading
 import time
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from broker.codec import GLOBAL_MAX_BYTES
@@ -36,6 +41,7 @@ from broker.transport import (
     PublishRejected,
     TopologyMismatch,
     Transport,
+    unroutable_items,
 )
 
 
@@ -126,6 +132,27 @@ class MemoryBroker:
                 self._queues[name].append(_Stored(stored.body, stored.user_id))
             self._lock.notify_all()
 
+    def _route_many(self, items: Sequence[tuple[str, str, bytes]], user_id: str) -> None:
+        """Route a batch atomically: checked whole first (exchanges, sizes), then each
+        routable item delivered; the unroutable ones raised together."""
+        with self._lock:
+            for exchange, _key, body in items:
+                if exchange not in self._exchanges:
+                    raise NotFound(f"no exchange {exchange!r} (batch refused)")
+                if len(body) > self.max_message_bytes:
+                    raise PublishRejected(
+                        f"message of {len(body)} bytes above the broker's max of "
+                        f"{self.max_message_bytes} (batch refused)"
+                    )
+            returned: list[tuple[str, str]] = []
+            for exchange, key, body in items:
+                try:
+                    self._route(exchange, key, _Stored(bytes(body), user_id))
+                except PublishRejected:
+                    returned.append((exchange, key))
+            if returned:
+                raise unroutable_items(returned)
+
     def _take(self, queue: str, timeout: float, may_take: threading.Event) -> _Stored | None:
         deadline = time.monotonic() + timeout
         with self._lock:
@@ -182,6 +209,10 @@ class MemoryTransport(Transport):
     def publish_bytes(self, exchange: str, routing_key: str, body: bytes) -> None:
         self._check_open()
         self._broker._route(exchange, routing_key, _Stored(bytes(body), self._user))
+
+    def publish_many_bytes(self, items: Sequence[tuple[str, str, bytes]]) -> None:
+        self._check_open()
+        self._broker._route_many(items, self._user)
 
     def _outstanding(self, queue: str) -> int:
         return sum(1 for name, _ in self._unacked.values() if name == queue)

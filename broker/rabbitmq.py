@@ -2,11 +2,19 @@
 imports pika.
 
 - One ``pika.BlockingConnection`` per transport, one transport per thread (checked),
-  with two channels: one publishes and declares, one consumes and acks, so that a
-  refused publish (which closes its channel) leaves unacked deliveries valid.
+  with three channels: one publishes and declares, one consumes and acks, so that a
+  refused publish (which closes its channel) leaves unacked deliveries valid, and one in
+  transaction mode for batches (a channel is either in confirm or in tx mode).
 - Publisher confirms (``confirm_delivery``), ``mandatory=True``, persistent messages
   (delivery mode 2; every queue of the topology is durable), ``user_id`` set to the login
   so the broker vouches for the sender.
+- Batches (``publish_many``: a phase's fan-out) go out in one AMQP transaction:
+  ``basic.publish`` x N then ``tx.commit``, one round trip per batch instead of one
+  confirm per message (BlockingChannel waits for each confirm; it has no asynchronous
+  confirms). Still ``mandatory`` and persistent: the broker sends ``basic.return`` for
+  each unroutable item before ``commit-ok`` on the same channel, so the returns are
+  collected when the commit returns and raised as one ``PublishRejected``. Measured in
+  docs/architecture.md ("The wire").
 - Consumption by ``basic_consume`` with manual acks and ``basic_qos(prefetch)``;
   deliveries are buffered and handed out by ``get`` (a pull interface for sans-I/O).
 - Heartbeats: pika's blocking connection answers heartbeats only inside its own calls.
@@ -31,7 +39,7 @@ import secrets
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -48,6 +56,7 @@ from broker.transport import (
     PublishRejected,
     TopologyMismatch,
     Transport,
+    unroutable_items,
 )
 
 T = TypeVar("T")
@@ -125,6 +134,8 @@ class RabbitMQTransport(Transport):
         self._connection: Any = None
         self._publisher: Any = None  # confirm mode; publishes and declarations
         self._consumer: Any = None  # qos, consumers, acks
+        self._batcher: Any = None  # tx mode; publish_many
+        self._returned: list[tuple[str, str]] = []  # basic.return seen on the batcher
         self._closed = False
         self._connect_with_backoff()
 
@@ -176,12 +187,24 @@ class RabbitMQTransport(Transport):
         for queue in self._consuming:
             self._start_consumer(queue)
 
+    def _open_batcher(self) -> None:
+        """Open the transactional publishing channel; it records what is returned."""
+        self._batcher = self._connection.channel()
+        self._batcher.tx_select()
+        self._batcher.add_on_return_callback(
+            lambda _channel, method, _properties, _body: self._returned.append(
+                (method.exchange, method.routing_key)
+            )
+        )
+
     def _open_channels(self) -> None:
         try:
             if self._publisher is None or not self._publisher.is_open:
                 self._open_publisher()
             if self._consumer is None or not self._consumer.is_open:
                 self._open_consumer()
+            if self._batcher is not None and not self._batcher.is_open:
+                self._batcher = None  # reopened by the next batch
         except pe.ChannelClosedByBroker as exc:
             self._forget_closed_channels()
             raise _translate_closed(exc.reply_code, exc.reply_text) from exc
@@ -191,6 +214,8 @@ class RabbitMQTransport(Transport):
             self._publisher = None
         if self._consumer is not None and not self._consumer.is_open:
             self._consumer = None
+        if self._batcher is not None and not self._batcher.is_open:
+            self._batcher = None
 
     def _connect_with_backoff(self) -> None:
         delay = self.settings.reconnect_initial_delay
@@ -225,7 +250,7 @@ class RabbitMQTransport(Transport):
 
     def _drop_connection(self) -> None:
         connection, self._connection = self._connection, None
-        self._publisher = self._consumer = None
+        self._publisher = self._consumer = self._batcher = None
         if connection is not None and connection.is_open:
             try:
                 connection.close()
@@ -311,12 +336,15 @@ class RabbitMQTransport(Transport):
 
     # -- publish ----------------------------------------------------------------------
 
-    def publish_bytes(self, exchange: str, routing_key: str, body: bytes) -> None:
-        properties = pika.BasicProperties(
+    def _properties(self) -> Any:
+        return pika.BasicProperties(
             delivery_mode=pika.DeliveryMode.Persistent,
             content_type="application/msgpack",
             user_id=self.settings.username,
         )
+
+    def publish_bytes(self, exchange: str, routing_key: str, body: bytes) -> None:
+        properties = self._properties()
         self._run(
             lambda: self._publisher.basic_publish(
                 exchange=exchange,
@@ -326,6 +354,34 @@ class RabbitMQTransport(Transport):
                 mandatory=True,
             )
         )
+
+    def publish_many_bytes(self, items: Sequence[tuple[str, str, bytes]]) -> None:
+        if not items:
+            return
+        properties = self._properties()
+
+        def publish_batch() -> list[tuple[str, str]]:
+            # a batch interrupted by a lost connection is rolled back or not: _run
+            # retries it whole, receivers drop duplicates
+            if self._batcher is None:
+                self._open_batcher()
+            self._returned = []
+            for exchange, routing_key, body in items:
+                self._batcher.basic_publish(
+                    exchange=exchange,
+                    routing_key=routing_key,
+                    body=body,
+                    properties=properties,
+                    mandatory=True,
+                )
+            self._batcher.tx_commit()
+            # the returns arrived before commit-ok; dispatch their callbacks now
+            self._connection.process_data_events(time_limit=0)
+            return self._returned
+
+        returned = self._run(publish_batch)
+        if returned:
+            raise unroutable_items(returned)
 
     # -- consume ----------------------------------------------------------------------
 

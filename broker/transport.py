@@ -13,12 +13,16 @@ publish and return raw bytes on get, so the codec's size and schema checks alway
 
 Errors are translated at the implementation's edge into the types below; no pika
 exception escapes the broker package.
+
+``publish_many`` sends a batch (one phase's fan-out, one message per member) with one
+confirmation for the whole batch where the broker allows it (RabbitMQ: a transaction,
+see ``broker/rabbitmq.py``); every item is encoded before anything is sent.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -37,7 +41,26 @@ class BrokerUnavailable(BrokerError):
 
 
 class PublishRejected(BrokerError):
-    """The broker did not take a message: unroutable (``mandatory``), nacked, too large."""
+    """The broker did not take a message: unroutable (``mandatory``), nacked, too large.
+
+    From ``publish_many``: ``returned`` lists the ``(exchange, routing_key)`` of the items
+    the broker returned as unroutable, every other item of the batch was taken; empty
+    ``returned`` means the batch was refused as a whole (nothing of it was taken).
+    """
+
+    def __init__(self, message: str, *, returned: tuple[tuple[str, str], ...] = ()) -> None:
+        super().__init__(message)
+        self.returned = returned
+
+
+def unroutable_items(returned: Sequence[tuple[str, str]]) -> PublishRejected:
+    """The error for a batch of which ``returned`` items were unroutable."""
+    named = ", ".join(f"{exchange!r}/{key!r}" for exchange, key in returned)
+    return PublishRejected(
+        f"unroutable (mandatory): {len(returned)} item(s) of the batch, exchange/routing key "
+        f"{named}",
+        returned=tuple(returned),
+    )
 
 
 class AccessRefused(BrokerError):
@@ -93,6 +116,28 @@ class Transport(ABC):
     def publish(self, exchange: str, routing_key: str, message: WireMessage) -> None:
         """Encode ``message`` (its size cap applies) and publish it."""
         self.publish_bytes(exchange, routing_key, encode(message))
+
+    def publish_many(self, items: Sequence[tuple[str, str, WireMessage]]) -> None:
+        """Publish ``(exchange, routing_key, message)`` items, in order.
+
+        Every message is encoded first, so one above its size cap raises ``EncodeError``
+        before anything is sent. Unroutable items raise one :class:`PublishRejected`
+        naming them (``returned``) after the others were taken.
+        """
+        encoded = [(exchange, key, encode(message)) for exchange, key, message in items]
+        self.publish_many_bytes(encoded)
+
+    def publish_many_bytes(self, items: Sequence[tuple[str, str, bytes]]) -> None:
+        """Publish already-encoded items, as ``publish_many``. This default publishes
+        (and is confirmed) one item at a time; transports override it to batch."""
+        returned: list[tuple[str, str]] = []
+        for exchange, routing_key, body in items:
+            try:
+                self.publish_bytes(exchange, routing_key, body)
+            except PublishRejected:
+                returned.append((exchange, routing_key))
+        if returned:
+            raise unroutable_items(returned)
 
     @abstractmethod
     def get(self, queue: str, timeout: float = 0.0) -> Delivery | None:

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 import msgpack
 import pytest
 
-from broker.codec import WireMessage, decode, encode
+from broker.codec import EncodeError, WireMessage, decode, encode
 from broker.memory import MemoryBroker
 from broker.messages import ModelAnnouncement, ModelRequest, PhaseDeadlines, RoundParameters
 from broker.rabbitmq import RabbitMQSettings, RabbitMQTransport
@@ -276,3 +276,84 @@ def test_handler_failure_requeues_once_then_drops(connect: Connect, names) -> No
         with pytest.raises(RuntimeError, match="handler bug"):
             receive_one(transport, names("q"), failing, expectation, timeout=5)
     assert transport.get(names("q"), timeout=0.3) is None
+
+
+# --- publish_many: a phase's fan-out as one batch -----------------------------------------
+
+
+def _ids(transport: Transport, queue: str) -> list[str]:
+    """Participant ids of every ModelRequest waiting in ``queue``, acked, in order."""
+    ids: list[str] = []
+    while (delivery := transport.get(queue, timeout=0.3)) is not None:
+        message = decode(delivery.body)
+        assert isinstance(message, ModelRequest)
+        ids.append(message.participant_id)
+        transport.ack(delivery)
+    return ids
+
+
+def test_batch_is_delivered_in_order_per_queue(connect: Connect, names) -> None:
+    transport = connect()
+    exchange = ExchangeSpec(names("x"), "direct")
+    _queue_with_binding(transport, exchange, names("a"), "a")
+    _queue_with_binding(transport, exchange, names("b"), "b")
+    keys = ["a", "b", "a", "a", "b", "a"]
+    transport.publish_many(
+        [(exchange.name, key, _request(f"{key}{i}")) for i, key in enumerate(keys)]
+    )
+    assert _ids(transport, names("a")) == ["a0", "a2", "a3", "a5"]
+    assert _ids(transport, names("b")) == ["b1", "b4"]
+    transport.publish_many([(exchange.name, "a", _request("again"))])
+    delivery = _get(transport, names("a"))
+    assert delivery.user_id == "guest"
+    assert not delivery.redelivered
+
+
+def test_batch_names_unroutable_items_and_delivers_the_others(connect: Connect, names) -> None:
+    transport = connect()
+    exchange = ExchangeSpec(names("x"), "direct")
+    fanout = ExchangeSpec(names("fanout"), "fanout")
+    _queue_with_binding(transport, exchange, names("a"), "a")
+    transport.declare_exchange(fanout)
+    batch = [
+        (exchange.name, "a", _request("first")),
+        (exchange.name, "nobody", _request("lost")),
+        (fanout.name, "", _request("unbound")),
+        (exchange.name, "a", _request("last")),
+    ]
+    with pytest.raises(PublishRejected, match="nobody") as raised:
+        transport.publish_many(batch)
+    assert raised.value.returned == ((exchange.name, "nobody"), (fanout.name, ""))
+    assert _ids(transport, names("a")) == ["first", "last"]
+    transport.publish_many([(exchange.name, "a", _request("after"))] * 2)  # still usable
+    assert _ids(transport, names("a")) == ["after", "after"]
+
+
+def test_batch_with_an_oversized_item_sends_nothing(connect: Connect, names) -> None:
+    transport = connect()
+    exchange = ExchangeSpec(names("x"), "direct")
+    _queue_with_binding(transport, exchange, names("a"), "a")
+    oversized = ANNOUNCEMENT.model_copy(update={"weights": (1.5,) * 20_000})
+    with pytest.raises(EncodeError, match="above its cap"):
+        transport.publish_many(
+            [(exchange.name, "a", _request("before")), (exchange.name, "a", oversized)]
+        )
+    assert _ids(transport, names("a")) == []
+
+
+def test_batch_to_a_missing_exchange_is_refused_whole(connect: Connect, names) -> None:
+    transport = connect()
+    exchange = ExchangeSpec(names("x"), "direct")
+    _queue_with_binding(transport, exchange, names("a"), "a")
+    transport.publish(exchange.name, "a", _request("held"))
+    held = _get(transport, names("a"))
+    with pytest.raises(NotFound):
+        transport.publish_many(
+            [(exchange.name, "a", _request("p")), (names("missing"), "a", _request("p"))]
+        )
+    transport.ack(held)  # the consuming side is unaffected
+    assert _ids(transport, names("a")) == []
+    transport.publish_many(
+        [(exchange.name, "a", _request("p1")), (exchange.name, "a", _request("p2"))]
+    )
+    assert _ids(transport, names("a")) == ["p1", "p2"]

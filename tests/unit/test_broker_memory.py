@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from broker.codec import decode
-from broker.memory import MemoryBroker
+from broker.memory import MemoryBroker, MemoryTransport
 from broker.messages import ModelAnnouncement, ModelRequest, PhaseDeadlines, RoundParameters
 from broker.receive import Expectation, Outcome, drain, receive_one
 from broker.topology import (
@@ -26,7 +26,7 @@ from broker.topology import (
     declare_participant,
     participant_queue,
 )
-from broker.transport import BrokerUnavailable, Delivery, PublishRejected
+from broker.transport import BrokerUnavailable, Delivery, PublishRejected, Transport
 
 ANNOUNCEMENT = ModelAnnouncement(
     round=4,
@@ -159,3 +159,61 @@ def test_participant_ids_that_could_escape_names_or_regexes_are_refused(bad: str
 
 def test_participant_queue_name() -> None:
     assert participant_queue("p-1_A") == "fedrank.participant.p-1_A"
+
+
+def _direct_queues(transport: MemoryTransport, *keys: str) -> None:
+    transport.declare_exchange(ExchangeSpec("x", "direct"))
+    for key in keys:
+        transport.declare_queue(QueueSpec(key))
+        transport.bind(BindingSpec("x", key, key))
+
+
+def _waiting(transport: MemoryTransport, queue: str) -> list[str]:
+    ids = []
+    while (delivery := transport.get(queue)) is not None:
+        message = decode(delivery.body)
+        assert isinstance(message, ModelRequest)
+        ids.append(message.participant_id)
+        transport.ack(delivery)
+    return ids
+
+
+def test_batch_with_an_item_above_the_brokers_max_size_is_refused_whole() -> None:
+    transport = MemoryBroker(max_message_bytes=200).connect()
+    _direct_queues(transport, "a")
+    small = ModelRequest(round=0, participant_id="p")
+    with pytest.raises(PublishRejected, match="above the broker's max") as raised:
+        transport.publish_many([("x", "a", small), ("x", "a", ANNOUNCEMENT)])
+    assert raised.value.returned == ()
+    assert _waiting(transport, "a") == []
+
+
+class OneByOne(MemoryTransport):
+    """A transport that keeps ``Transport``'s default ``publish_many_bytes``."""
+
+    publish_many_bytes = Transport.publish_many_bytes
+
+    def __init__(self, broker: MemoryBroker) -> None:
+        super().__init__(broker, "guest", prefetch=64)
+        self.published: list[str] = []
+
+    def publish_bytes(self, exchange: str, routing_key: str, body: bytes) -> None:
+        self.published.append(routing_key)
+        super().publish_bytes(exchange, routing_key, body)
+
+
+def test_default_batch_publishes_one_by_one_and_names_the_unroutable() -> None:
+    transport = OneByOne(MemoryBroker())
+    _direct_queues(transport, "a", "b")
+    keys = ["a", "nobody", "b", "a", "gone"]
+    with pytest.raises(PublishRejected, match="nobody") as raised:
+        transport.publish_many(
+            [
+                ("x", key, ModelRequest(round=0, participant_id=f"{key}{i}"))
+                for i, key in enumerate(keys)
+            ]
+        )
+    assert raised.value.returned == (("x", "nobody"), ("x", "gone"))
+    assert transport.published == keys
+    assert _waiting(transport, "a") == ["a0", "a3"]
+    assert _waiting(transport, "b") == ["b2"]
