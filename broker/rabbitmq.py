@@ -38,14 +38,13 @@ import logging
 import secrets
 import threading
 import time
-import urllib.parse
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import pika
 import pika.exceptions as pe
 
+from broker.settings import RabbitMQSettings
 from broker.topology import BindingSpec, ExchangeSpec, QueueSpec
 from broker.transport import (
     AccessRefused,
@@ -59,44 +58,11 @@ from broker.transport import (
     unroutable_items,
 )
 
+__all__ = ["RabbitMQSettings", "RabbitMQTransport"]
+
 T = TypeVar("T")
 logger = logging.getLogger("fedrank.broker")
 _jitter = secrets.SystemRandom()
-
-
-@dataclass(frozen=True, slots=True)
-class RabbitMQSettings:
-    """Where and how to connect; see docs/operating.md for the values to use."""
-
-    host: str = "127.0.0.1"
-    port: int = 5672
-    vhost: str = "/"
-    username: str = "guest"
-    password: str = field(default="guest", repr=False)
-    heartbeat: int = 30
-    prefetch: int = 64
-    blocked_connection_timeout: float = 30.0
-    socket_timeout: float = 5.0
-    reconnect_attempts: int = 8
-    reconnect_initial_delay: float = 0.2
-    reconnect_max_delay: float = 10.0
-
-    @classmethod
-    def from_url(cls, url: str, **overrides: Any) -> RabbitMQSettings:
-        """Settings from ``amqp://user:password@host:port/vhost`` (vhost percent-encoded)."""
-        parsed = urllib.parse.urlsplit(url)
-        if parsed.scheme != "amqp":
-            raise ValueError(f"only amqp:// URLs are supported, not {parsed.scheme!r}")
-        path = parsed.path[1:] if parsed.path.startswith("/") else parsed.path
-        values: dict[str, Any] = {
-            "host": parsed.hostname or "127.0.0.1",
-            "port": parsed.port or 5672,
-            "vhost": urllib.parse.unquote(path) if path else "/",
-            "username": urllib.parse.unquote(parsed.username or "guest"),
-            "password": urllib.parse.unquote(parsed.password or "guest"),
-        }
-        values.update(overrides)
-        return cls(**values)
 
 
 _Declaration = ExchangeSpec | QueueSpec | BindingSpec
