@@ -55,6 +55,7 @@ from broker.messages import LearningObjective
 from broker.topology import AGGREGATOR_QUEUE, declare_core, declare_participant
 from broker.transport import Transport
 from crypto.hazmat import primitives
+from crypto.secagg import degree_for
 from frecency.history import Interaction
 from frecency.learning import DEFAULT_EPSILON
 from frecency.model import FrecencyModel
@@ -161,7 +162,9 @@ def coordinator_config(
         phase_seconds=options.phase_seconds,
         reannounce_seconds=options.reannounce_seconds,
         secagg_plus=secure.secagg == "plus",
-        degree=secure.degree,
+        degree=secure.degree
+        if secure.degree is not None or secure.secagg != "plus"
+        else degree_for(config.per_round, secure.dropout),
         objective=LearningObjective(loss=config.loss, margin=config.margin),
         optimizer=rprop_world.rprop,
     )

@@ -30,7 +30,14 @@ from typing import Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from crypto.secagg import AggregateSum, Phase, from_ring, run_in_process, to_ring
+from crypto.secagg import (
+    AggregateSum,
+    Phase,
+    degree_for,
+    from_ring,
+    run_in_process,
+    to_ring,
+)
 from simulation.aggregation import AggregationAborted, AggregationOutcome, VotesSummed
 
 IntArray = NDArray[np.int64]
@@ -108,6 +115,14 @@ class SecureSum:
         and the samples are those of a plain run with the same seed)."""
         return cls(config, np.random.default_rng([seed, DROPOUT_STREAM]))
 
+    def degree(self, members: int) -> int | None:
+        """The SecAgg+ degree: as configured, else the smallest ring whose neighbourhoods
+        survive the *simulated* dropout rate (``crypto.secagg.degree_for``): a log-sized
+        ring when nobody drops, rather than the library default sized for 30 % dropouts."""
+        if self.config.secagg != "plus" or self.config.degree is not None:
+            return self.config.degree
+        return degree_for(members, self.config.dropout)
+
     def run_round(self, votes: Sequence[IntArray], round_number: int) -> AggregationOutcome:
         if not votes:
             raise ValueError("no votes to aggregate")
@@ -121,7 +136,7 @@ class SecureSum:
             self.config.threshold(members),
             dropouts=dropouts,
             secagg_plus=self.config.secagg == "plus",
-            degree=self.config.degree,
+            degree=self.degree(members),
             round_number=round_number,
         )
         if isinstance(outcome, AggregateSum):

@@ -192,3 +192,15 @@ def test_simulate_command_rejects_contradictory_flags(capsys: pytest.CaptureFixt
     assert main([*base, "--transport", "rabbitmq", "--dropout", "0.1"]) == 2
     assert main([*base, "--threshold-fraction", "1.5"]) == 2
     assert "dropout" in capsys.readouterr().err
+
+
+def test_the_ring_is_sized_for_the_simulated_dropout_rate() -> None:
+    from crypto.secagg import degree_for, logarithmic_degree
+
+    no_drops = SecureSum.seeded(SecureConfig(secagg="plus", dropout=0.0), 0)
+    heavy = SecureSum.seeded(SecureConfig(secagg="plus", dropout=0.3), 0)
+    full = SecureSum.seeded(SecureConfig(secagg="full"), 0)
+    assert no_drops.degree(400) == logarithmic_degree(400) < 400 - 1
+    assert heavy.degree(400) == degree_for(400, 0.3) > no_drops.degree(400)
+    assert full.degree(400) is None
+    assert SecureSum.seeded(SecureConfig(secagg="plus", degree=8), 0).degree(400) == 8
