@@ -42,8 +42,7 @@ from numpy.typing import NDArray
 from frecency.history import Interaction, Page
 from frecency.model import FrecencyModel, PageBatch
 from frecency.places import PlacesHistory, read_places
-from frecency.urlbar import MAX_RICH_RESULTS, HistoryText, QueryBatch, type_queries
-from participant.synthetic import (
+from frecency.synthetic import (
     PopulationConfig,
     VisitPool,
     draw_history,
@@ -51,6 +50,7 @@ from participant.synthetic import (
     plan_queries,
     true_preference,
 )
+from frecency.urlbar import MAX_RICH_RESULTS, HistoryText, QueryBatch, type_queries
 
 FloatArray = NDArray[np.float64]
 
